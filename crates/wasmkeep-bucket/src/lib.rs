@@ -1,0 +1,140 @@
+//! The bucket: the only shared state of a wasmkeep cluster.
+//!
+//! One trait, [`Bucket`], with conditional writes (put-if-absent,
+//! put-if-match on an etag) that everything else — leases, ownership records,
+//! the actor log — builds on. The bucket knows nothing of leases, actors or
+//! nodes: it stores bytes under keys (built by `wasmkeep_types::keys`).
+//!
+//! Errors say what the caller should do next ([`Error`]): a failed condition
+//! is a [`Error::Conflict`], a transient failure is [`Error::Unavailable`],
+//! and a write whose outcome cannot be known is [`Error::OutcomeUnknown`]:
+//! the caller must re-read before deciding anything.
+
+use std::fmt;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+/// An object's version as the backend names it. Two objects with the same
+/// bytes may have the same etag (S3 servers hash the content), so every
+/// lease-like body must carry a nonce or generation of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Etag(pub String);
+
+impl fmt::Display for Etag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a listing or a write reports about one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub key: String,
+    pub etag: Etag,
+    pub last_modified: SystemTime,
+    pub size: u64,
+}
+
+/// An object read whole.
+#[derive(Debug, Clone)]
+pub struct Object {
+    pub bytes: Bytes,
+    pub meta: ObjectMeta,
+}
+
+/// One page of a listing; pass `next` back to get the following page.
+#[derive(Debug, Clone, Default)]
+pub struct ListPage {
+    pub objects: Vec<ObjectMeta>,
+    pub next: Option<String>,
+}
+
+/// What went wrong, phrased as what to do next.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The condition of a conditional write failed: someone else wrote first.
+    #[error("conflict on {key}: the object changed or already exists")]
+    Conflict { key: String },
+    /// The key does not exist.
+    #[error("not found: {key}")]
+    NotFound { key: String },
+    /// The backend could not be reached or refused for now: retry later.
+    #[error("bucket unavailable ({key}): {reason}")]
+    Unavailable { key: String, reason: String },
+    /// A write may or may not have applied (a lost reply, a retried request):
+    /// re-read the object before deciding.
+    #[error("outcome unknown for {key}: {reason}")]
+    OutcomeUnknown { key: String, reason: String },
+    /// The key is not acceptable to this backend (e.g. it would escape the
+    /// folder backend's root).
+    #[error("invalid key {key:?}: {reason}")]
+    InvalidKey { key: String, reason: &'static str },
+    /// The bucket URL or its configuration is wrong.
+    #[error("bucket configuration: {0}")]
+    Config(String),
+    /// The backend does not offer this operation.
+    #[error("not supported by this backend: {0}")]
+    Unsupported(&'static str),
+}
+
+impl Error {
+    /// True for errors after which the same call may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Unavailable { .. })
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Longest page a listing returns.
+pub const LIST_PAGE_OBJECTS_MAX: usize = 1000;
+
+/// The operations wasmkeep needs from an object store.
+///
+/// Every write is durable when it returns `Ok`. Conditional writes are atomic:
+/// of two racing writers with the same condition, exactly one succeeds.
+#[async_trait]
+pub trait Bucket: Send + Sync + fmt::Debug + 'static {
+    async fn get(&self, key: &str) -> Result<Object>;
+
+    /// Metadata only (no body).
+    async fn head(&self, key: &str) -> Result<ObjectMeta>;
+
+    /// Creates the object only if no object has the key; `Conflict` otherwise.
+    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta>;
+
+    /// Replaces the object only if its etag is still `etag`; `Conflict` if it
+    /// changed, `NotFound` if it is gone.
+    async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta>;
+
+    /// Creates or replaces the object.
+    async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta>;
+
+    /// Deletes the object; deleting a missing key is not an error.
+    async fn delete(&self, key: &str) -> Result<()>;
+
+    /// Deletes the object only if its etag is still `etag`. Backends without
+    /// conditional deletes return `Unsupported`; callers then fall back to
+    /// writing a "released" body with `put_if_match`.
+    async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()>;
+
+    /// Lists keys starting with `prefix` in lexicographic order, one page at a
+    /// time, starting after `start_after` when given.
+    async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage>;
+
+    /// Lists every key under `prefix` (all pages).
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list_page(prefix, after.as_deref()).await?;
+            all.extend(page.objects);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+}

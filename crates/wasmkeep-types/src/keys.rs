@@ -1,0 +1,302 @@
+//! Every bucket key wasmkeep reads or writes is built here, and nowhere else.
+//!
+//! ```text
+//! apps/<app>/control/move/<tenant>/<class>/<name hex>/<target node>   move key (ADR 0017)
+//! apps/<app>/control/drain/<node>                                     drain request (ADR 0014)
+//! apps/<app>/nodes/<node>                                             heartbeat = node lease
+//! apps/<app>/owners/<tenant>/<class>/<name hex>                       ownership record
+//! apps/<app>/actors/<tenant>/<class>/<name hex>/log/<seq>             actor log record
+//! apps/<app>/actors/<tenant>/<class>/<name hex>/snap/<seq>            actor snapshot
+//! apps/<app>/alarms/<tenant>/<class>/<name hex>                       alarm index for the sweep
+//! apps/<app>/classes/<class>/current                                  deployed version (a digest)
+//! apps/<app>/classes/<class>/components/<digest>                      component bytes
+//! apps/<app>/secrets/<name>                                           encrypted secret (ADR 0016)
+//! apps/<app>/recipient                                                the app's age recipient
+//! apps/<app>/tenants/<tenant>/tokens/<digest>                         tenant token hash
+//! ```
+//!
+//! Sequence numbers are written as 20 decimal digits so that the bucket's
+//! lexicographic listing order is numeric order.
+
+use crate::{ActorId, AppName, ClassName, Error, NodeId, TenantName};
+
+/// Key builder for one app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    root: String,
+}
+
+/// Width of a sequence number in a key.
+const SEQ_DIGITS: usize = 20;
+
+impl Keys {
+    pub fn new(app: &AppName) -> Self {
+        Self {
+            root: format!("apps/{app}/"),
+        }
+    }
+
+    /// `apps/<app>/`: everything of the app.
+    pub fn app_prefix(&self) -> &str {
+        &self.root
+    }
+
+    fn actor_path(actor: &ActorId) -> String {
+        format!("{}/{}/{}", actor.tenant, actor.class, actor.name_hex())
+    }
+
+    // ---- control keys ----------------------------------------------------
+
+    pub fn move_key(&self, actor: &ActorId, target: &NodeId) -> String {
+        format!(
+            "{}control/move/{}/{target}",
+            self.root,
+            Self::actor_path(actor)
+        )
+    }
+
+    pub fn moves_prefix(&self) -> String {
+        format!("{}control/move/", self.root)
+    }
+
+    /// Parses a key listed under [`Keys::moves_prefix`].
+    pub fn parse_move_key(&self, key: &str) -> Result<(ActorId, NodeId), Error> {
+        let rest = self.strip(key, &self.moves_prefix())?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        let [tenant, class, name_hex, target] = parts[..] else {
+            return Err(invalid(key, "want <tenant>/<class>/<name hex>/<target node>"));
+        };
+        let actor = ActorId::from_key_parts(tenant, class, name_hex)
+            .map_err(|_| invalid(key, "actor id does not parse"))?;
+        let target = NodeId::new(target).map_err(|_| invalid(key, "target node id does not parse"))?;
+        Ok((actor, target))
+    }
+
+    pub fn drain(&self, node: &NodeId) -> String {
+        format!("{}control/drain/{node}", self.root)
+    }
+
+    pub fn drains_prefix(&self) -> String {
+        format!("{}control/drain/", self.root)
+    }
+
+    // ---- nodes and owners ------------------------------------------------
+
+    pub fn node(&self, node: &NodeId) -> String {
+        format!("{}nodes/{node}", self.root)
+    }
+
+    pub fn nodes_prefix(&self) -> String {
+        format!("{}nodes/", self.root)
+    }
+
+    pub fn parse_node_key(&self, key: &str) -> Result<NodeId, Error> {
+        let rest = self.strip(key, &self.nodes_prefix())?;
+        NodeId::new(rest).map_err(|_| invalid(key, "node id does not parse"))
+    }
+
+    pub fn owner(&self, actor: &ActorId) -> String {
+        format!("{}owners/{}", self.root, Self::actor_path(actor))
+    }
+
+    pub fn owners_prefix(&self) -> String {
+        format!("{}owners/", self.root)
+    }
+
+    pub fn parse_owner_key(&self, key: &str) -> Result<ActorId, Error> {
+        let rest = self.strip(key, &self.owners_prefix())?;
+        parse_actor_path(key, rest)
+    }
+
+    // ---- actor data --------------------------------------------------------
+
+    pub fn actors_prefix(&self) -> String {
+        format!("{}actors/", self.root)
+    }
+
+    /// `.../actors/<tenant>/<class>/<name hex>/`: the actor's whole database.
+    pub fn actor_prefix(&self, actor: &ActorId) -> String {
+        format!("{}actors/{}/", self.root, Self::actor_path(actor))
+    }
+
+    pub fn actor_log_prefix(&self, actor: &ActorId) -> String {
+        format!("{}log/", self.actor_prefix(actor))
+    }
+
+    pub fn actor_log(&self, actor: &ActorId, seq: u64) -> String {
+        format!("{}{seq:0SEQ_DIGITS$}", self.actor_log_prefix(actor))
+    }
+
+    pub fn actor_snapshot_prefix(&self, actor: &ActorId) -> String {
+        format!("{}snap/", self.actor_prefix(actor))
+    }
+
+    pub fn actor_snapshot(&self, actor: &ActorId, seq: u64) -> String {
+        format!("{}{seq:0SEQ_DIGITS$}", self.actor_snapshot_prefix(actor))
+    }
+
+    /// The sequence number at the end of a log or snapshot key.
+    pub fn parse_seq(key: &str) -> Result<u64, Error> {
+        let last = key.rsplit('/').next().unwrap_or_default();
+        if last.len() != SEQ_DIGITS || !last.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid(key, "does not end in a 20-digit sequence number"));
+        }
+        last.parse().map_err(|_| invalid(key, "sequence number out of range"))
+    }
+
+    /// Parses `.../actors/<tenant>/<class>/<name hex>/...` into the actor id.
+    pub fn parse_actor_data_key(&self, key: &str) -> Result<ActorId, Error> {
+        let rest = self.strip(key, &self.actors_prefix())?;
+        let mut parts = rest.splitn(4, '/');
+        let (Some(t), Some(c), Some(n)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(invalid(key, "want <tenant>/<class>/<name hex>/..."));
+        };
+        ActorId::from_key_parts(t, c, n).map_err(|_| invalid(key, "actor id does not parse"))
+    }
+
+    // ---- alarms ------------------------------------------------------------
+
+    pub fn alarm(&self, actor: &ActorId) -> String {
+        format!("{}alarms/{}", self.root, Self::actor_path(actor))
+    }
+
+    pub fn alarms_prefix(&self) -> String {
+        format!("{}alarms/", self.root)
+    }
+
+    pub fn parse_alarm_key(&self, key: &str) -> Result<ActorId, Error> {
+        let rest = self.strip(key, &self.alarms_prefix())?;
+        parse_actor_path(key, rest)
+    }
+
+    // ---- classes -------------------------------------------------------------
+
+    pub fn classes_prefix(&self) -> String {
+        format!("{}classes/", self.root)
+    }
+
+    /// Names the digest of the class's deployed component.
+    pub fn class_current(&self, class: &ClassName) -> String {
+        format!("{}classes/{class}/current", self.root)
+    }
+
+    pub fn class_component(&self, class: &ClassName, digest: &str) -> String {
+        format!("{}classes/{class}/components/{digest}", self.root)
+    }
+
+    /// The class of a key listed under [`Keys::classes_prefix`] that ends in `/current`.
+    pub fn parse_class_current_key(&self, key: &str) -> Option<ClassName> {
+        let rest = key.strip_prefix(&self.classes_prefix())?;
+        let class = rest.strip_suffix("/current")?;
+        ClassName::new(class).ok()
+    }
+
+    // ---- secrets and tenants -------------------------------------------------
+
+    pub fn secret(&self, name: &str) -> String {
+        format!("{}secrets/{name}", self.root)
+    }
+
+    pub fn secrets_prefix(&self) -> String {
+        format!("{}secrets/", self.root)
+    }
+
+    pub fn recipient(&self) -> String {
+        format!("{}recipient", self.root)
+    }
+
+    pub fn tenant_token(&self, tenant: &TenantName, digest: &str) -> String {
+        format!("{}tenants/{tenant}/tokens/{digest}", self.root)
+    }
+
+    pub fn tenant_tokens_prefix(&self, tenant: &TenantName) -> String {
+        format!("{}tenants/{tenant}/tokens/", self.root)
+    }
+
+    fn strip<'k>(&self, key: &'k str, prefix: &str) -> Result<&'k str, Error> {
+        key.strip_prefix(prefix)
+            .ok_or_else(|| invalid(key, "not under the expected prefix"))
+    }
+}
+
+fn parse_actor_path(key: &str, rest: &str) -> Result<ActorId, Error> {
+    let parts: Vec<&str> = rest.split('/').collect();
+    let [tenant, class, name_hex] = parts[..] else {
+        return Err(invalid(key, "want <tenant>/<class>/<name hex>"));
+    };
+    ActorId::from_key_parts(tenant, class, name_hex).map_err(|_| invalid(key, "actor id does not parse"))
+}
+
+fn invalid(key: &str, reason: &'static str) -> Error {
+    Error::InvalidKey {
+        key: key.to_owned(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Keys {
+        Keys::new(&AppName::new("shop").unwrap())
+    }
+
+    fn actor() -> ActorId {
+        ActorId::parse("acme/counter/a/b").unwrap()
+    }
+
+    #[test]
+    fn layout_matches_design() {
+        let k = keys();
+        let a = actor();
+        let node = NodeId::new("n1").unwrap();
+        assert_eq!(k.move_key(&a, &node), "apps/shop/control/move/acme/counter/612f62/n1");
+        assert_eq!(k.drain(&node), "apps/shop/control/drain/n1");
+        assert_eq!(k.node(&node), "apps/shop/nodes/n1");
+        assert_eq!(k.owner(&a), "apps/shop/owners/acme/counter/612f62");
+        assert_eq!(k.alarm(&a), "apps/shop/alarms/acme/counter/612f62");
+        assert_eq!(
+            k.actor_log(&a, 7),
+            "apps/shop/actors/acme/counter/612f62/log/00000000000000000007"
+        );
+    }
+
+    #[test]
+    fn keys_parse_back() {
+        let k = keys();
+        let a = actor();
+        let node = NodeId::new("n1").unwrap();
+        assert_eq!(k.parse_move_key(&k.move_key(&a, &node)).unwrap(), (a.clone(), node.clone()));
+        assert_eq!(k.parse_owner_key(&k.owner(&a)).unwrap(), a);
+        assert_eq!(k.parse_alarm_key(&k.alarm(&a)).unwrap(), a);
+        assert_eq!(k.parse_node_key(&k.node(&node)).unwrap(), node);
+        assert_eq!(k.parse_actor_data_key(&k.actor_log(&a, 3)).unwrap(), a);
+        assert_eq!(Keys::parse_seq(&k.actor_snapshot(&a, u64::MAX)).unwrap(), u64::MAX);
+        let class = ClassName::new("counter").unwrap();
+        assert_eq!(k.parse_class_current_key(&k.class_current(&class)), Some(class));
+    }
+
+    #[test]
+    fn malformed_keys_are_refused() {
+        let k = keys();
+        for bad in [
+            "apps/shop/control/move/acme/counter/612f62",
+            "apps/shop/control/move/acme/counter/zz/n1",
+            "apps/shop/control/move/ACME/counter/61/n1",
+            "apps/other/control/move/acme/counter/61/n1",
+            "apps/shop/control/move/acme/counter/61/n1/extra",
+        ] {
+            assert!(k.parse_move_key(bad).is_err(), "{bad} parsed");
+        }
+        assert!(Keys::parse_seq("x/log/12").is_err());
+        assert!(Keys::parse_seq("x/log/0000000000000000001a").is_err());
+    }
+
+    #[test]
+    fn sequence_keys_sort_numerically() {
+        let k = keys();
+        let a = actor();
+        assert!(k.actor_log(&a, 9) < k.actor_log(&a, 10));
+    }
+}
