@@ -32,7 +32,11 @@ fn check_word(what: &'static str, value: &str, extra: &[u8]) -> Result<(), Error
         return Err(invalid("must start with a lower-case letter or a digit"));
     }
     let allowed = |b: &u8| {
-        b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'_' || extra.contains(b)
+        b.is_ascii_lowercase()
+            || b.is_ascii_digit()
+            || *b == b'-'
+            || *b == b'_'
+            || extra.contains(b)
     };
     if !bytes.iter().all(allowed) {
         return Err(invalid(
@@ -114,7 +118,11 @@ pub struct ActorId {
 }
 
 impl ActorId {
-    pub fn new(tenant: TenantName, class: ClassName, name: impl Into<String>) -> Result<Self, Error> {
+    pub fn new(
+        tenant: TenantName,
+        class: ClassName,
+        name: impl Into<String>,
+    ) -> Result<Self, Error> {
         let name = name.into();
         check_actor_name(&name)?;
         Ok(Self {

@@ -64,11 +64,15 @@ impl Keys {
         let rest = self.strip(key, &self.moves_prefix())?;
         let parts: Vec<&str> = rest.split('/').collect();
         let [tenant, class, name_hex, target] = parts[..] else {
-            return Err(invalid(key, "want <tenant>/<class>/<name hex>/<target node>"));
+            return Err(invalid(
+                key,
+                "want <tenant>/<class>/<name hex>/<target node>",
+            ));
         };
         let actor = ActorId::from_key_parts(tenant, class, name_hex)
             .map_err(|_| invalid(key, "actor id does not parse"))?;
-        let target = NodeId::new(target).map_err(|_| invalid(key, "target node id does not parse"))?;
+        let target =
+            NodeId::new(target).map_err(|_| invalid(key, "target node id does not parse"))?;
         Ok((actor, target))
     }
 
@@ -141,7 +145,8 @@ impl Keys {
         if last.len() != SEQ_DIGITS || !last.bytes().all(|b| b.is_ascii_digit()) {
             return Err(invalid(key, "does not end in a 20-digit sequence number"));
         }
-        last.parse().map_err(|_| invalid(key, "sequence number out of range"))
+        last.parse()
+            .map_err(|_| invalid(key, "sequence number out of range"))
     }
 
     /// Parses `.../actors/<tenant>/<class>/<name hex>/...` into the actor id.
@@ -224,7 +229,8 @@ fn parse_actor_path(key: &str, rest: &str) -> Result<ActorId, Error> {
     let [tenant, class, name_hex] = parts[..] else {
         return Err(invalid(key, "want <tenant>/<class>/<name hex>"));
     };
-    ActorId::from_key_parts(tenant, class, name_hex).map_err(|_| invalid(key, "actor id does not parse"))
+    ActorId::from_key_parts(tenant, class, name_hex)
+        .map_err(|_| invalid(key, "actor id does not parse"))
 }
 
 fn invalid(key: &str, reason: &'static str) -> Error {
@@ -251,7 +257,10 @@ mod tests {
         let k = keys();
         let a = actor();
         let node = NodeId::new("n1").unwrap();
-        assert_eq!(k.move_key(&a, &node), "apps/shop/control/move/acme/counter/612f62/n1");
+        assert_eq!(
+            k.move_key(&a, &node),
+            "apps/shop/control/move/acme/counter/612f62/n1"
+        );
         assert_eq!(k.drain(&node), "apps/shop/control/drain/n1");
         assert_eq!(k.node(&node), "apps/shop/nodes/n1");
         assert_eq!(k.owner(&a), "apps/shop/owners/acme/counter/612f62");
@@ -267,14 +276,23 @@ mod tests {
         let k = keys();
         let a = actor();
         let node = NodeId::new("n1").unwrap();
-        assert_eq!(k.parse_move_key(&k.move_key(&a, &node)).unwrap(), (a.clone(), node.clone()));
+        assert_eq!(
+            k.parse_move_key(&k.move_key(&a, &node)).unwrap(),
+            (a.clone(), node.clone())
+        );
         assert_eq!(k.parse_owner_key(&k.owner(&a)).unwrap(), a);
         assert_eq!(k.parse_alarm_key(&k.alarm(&a)).unwrap(), a);
         assert_eq!(k.parse_node_key(&k.node(&node)).unwrap(), node);
         assert_eq!(k.parse_actor_data_key(&k.actor_log(&a, 3)).unwrap(), a);
-        assert_eq!(Keys::parse_seq(&k.actor_snapshot(&a, u64::MAX)).unwrap(), u64::MAX);
+        assert_eq!(
+            Keys::parse_seq(&k.actor_snapshot(&a, u64::MAX)).unwrap(),
+            u64::MAX
+        );
         let class = ClassName::new("counter").unwrap();
-        assert_eq!(k.parse_class_current_key(&k.class_current(&class)), Some(class));
+        assert_eq!(
+            k.parse_class_current_key(&k.class_current(&class)),
+            Some(class)
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! is the only place where bucket keys are built (`keys`), so the layout of
 //! DESIGN.md is written down exactly once.
 
+pub mod heartbeat;
 pub mod id;
 pub mod keys;
 
@@ -17,6 +18,11 @@ pub enum Error {
     InvalidName {
         what: &'static str,
         value: String,
+        reason: &'static str,
+    },
+    #[error("invalid {what}: {reason}")]
+    InvalidRecord {
+        what: &'static str,
         reason: &'static str,
     },
     #[error("key {key:?} does not parse: {reason}")]

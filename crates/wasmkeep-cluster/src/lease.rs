@@ -1,0 +1,520 @@
+//! Node leases (ADR 0020): a node holds actors only while its heartbeat keeps
+//! being renewed, and every node judges leases by its own monotonic clock.
+//!
+//! The owner's side ([`NodeLease`]): a renewal whose write *started* at `s`
+//! makes the lease valid until `s + lease_ttl`. The request's start is used,
+//! not its reply, because the write may have become visible to others at
+//! any moment after `s`.
+//!
+//! An observer's side ([`LeaseObserver`]): the first read whose *reply*
+//! shows a new heartbeat version at `f` proves that version was written
+//! before `f`, so its owner's lease from that write ends before `f + lease_ttl`.
+//! The observer declares the lease expired only once a read that *started*
+//! after `f + lease_ttl + margin` still returns the same version: by then no
+//! renewal happened, so the owner stopped serving. Only durations on each
+//! node's own clock are compared; the wall clocks of two nodes never are, so
+//! skew between them (seconds) cannot produce two owners. The margin covers
+//! drift in clock rates and scheduling delay.
+//!
+//! A lease that lapsed is never revived: the owner must drop every actor and
+//! rejoin with a new incarnation ([`NodeLease::rejoin`]), so holds recorded
+//! under the old incarnation stay invalid for everyone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use wasmkeep_bucket::{Bucket, Etag};
+use wasmkeep_types::NodeId;
+use wasmkeep_types::heartbeat::Heartbeat;
+
+use crate::{Clock, Error, Random, Result};
+
+/// Bytes of randomness in an incarnation.
+const INCARNATION_BYTES: usize = 8;
+
+/// The owner's side of its node lease.
+#[derive(Debug)]
+pub struct NodeLease {
+    clock: Arc<dyn Clock>,
+    random: Arc<dyn Random>,
+    lease_ttl: Duration,
+    state: Mutex<LeaseState>,
+}
+
+#[derive(Debug)]
+struct LeaseState {
+    incarnation: String,
+    valid_until: Option<Instant>,
+    /// The etag of our last write; `None` before the first write or after an
+    /// unknown outcome.
+    last_etag: Option<Etag>,
+    generation: u64,
+    /// Set when the lease ran out; cleared by `rejoin`.
+    lapsed: bool,
+}
+
+impl NodeLease {
+    pub fn new(clock: Arc<dyn Clock>, random: Arc<dyn Random>, lease_ttl: Duration) -> Self {
+        let incarnation = random.token_hex(INCARNATION_BYTES);
+        Self {
+            clock,
+            random,
+            lease_ttl,
+            state: Mutex::new(LeaseState {
+                incarnation,
+                valid_until: None,
+                last_etag: None,
+                generation: 0,
+                lapsed: false,
+            }),
+        }
+    }
+
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    pub fn incarnation(&self) -> String {
+        self.state.lock().incarnation.clone()
+    }
+
+    /// True while the lease is valid now. Every event and every acquire
+    /// checks it first.
+    pub fn is_valid(&self) -> bool {
+        let now = self.clock.now();
+        let mut state = self.state.lock();
+        match state.valid_until {
+            Some(until) if now < until => true,
+            Some(_) => {
+                state.lapsed = true;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The instant the lease ends unless renewed.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.state.lock().valid_until
+    }
+
+    /// True once the lease ran out: the node must drop every actor and
+    /// [`rejoin`](Self::rejoin) before renewing.
+    pub fn is_lapsed(&self) -> bool {
+        self.is_valid();
+        self.state.lock().lapsed
+    }
+
+    /// Starts over with a new incarnation after a lapse. Call only after
+    /// every actor of the old incarnation was dropped.
+    pub fn rejoin(&self) {
+        let mut state = self.state.lock();
+        state.incarnation = self.random.token_hex(INCARNATION_BYTES);
+        state.valid_until = None;
+        state.lapsed = false;
+    }
+
+    /// Writes the heartbeat (its incarnation and generation are filled in
+    /// here) and, on success, extends the lease to the request's start plus
+    /// the TTL. A lapsed lease is not renewed: see [`rejoin`](Self::rejoin).
+    pub async fn renew(
+        &self,
+        bucket: &dyn Bucket,
+        key: &str,
+        mut heartbeat: Heartbeat,
+    ) -> Result<()> {
+        if self.is_lapsed() {
+            return Err(Error::LeaseInvalid);
+        }
+        let start = self.clock.now();
+        let etag = {
+            let mut state = self.state.lock();
+            state.generation += 1;
+            heartbeat.generation = state.generation;
+            heartbeat.incarnation = state.incarnation.clone();
+            state.last_etag.clone()
+        };
+        let body = Bytes::from(heartbeat.to_text());
+        let written = match &etag {
+            Some(etag) => bucket.put_if_match(key, body, etag).await,
+            None => bucket.put(key, body).await,
+        };
+        match written {
+            Ok(meta) => {
+                let mut state = self.state.lock();
+                if state.incarnation != heartbeat.incarnation || state.lapsed {
+                    // Lapsed or rejoined while the write was in flight: this
+                    // renewal belongs to an incarnation that no longer serves.
+                    return Err(Error::LeaseInvalid);
+                }
+                state.last_etag = Some(meta.etag);
+                let until = start + self.lease_ttl;
+                if crate::planted::lease_from_reply() {
+                    state.valid_until = Some(self.clock.now() + self.lease_ttl);
+                } else {
+                    state.valid_until = Some(state.valid_until.map_or(until, |u| u.max(until)));
+                }
+                Ok(())
+            }
+            Err(
+                wasmkeep_bucket::Error::Conflict { .. } | wasmkeep_bucket::Error::NotFound { .. },
+            ) => {
+                // Someone else rewrote (or deleted) our heartbeat.
+                Err(Error::DuplicateNode {
+                    node: heartbeat.node.to_string(),
+                })
+            }
+            Err(err) => {
+                if matches!(err, wasmkeep_bucket::Error::OutcomeUnknown { .. }) {
+                    self.state.lock().last_etag = None;
+                }
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Ends the lease at a clean shutdown, after every actor was released:
+    /// deletes the heartbeat so peers need not wait for the TTL.
+    pub async fn resign(&self, bucket: &dyn Bucket, key: &str) -> Result<()> {
+        {
+            let mut state = self.state.lock();
+            state.valid_until = None;
+            state.lapsed = true;
+        }
+        bucket.delete(key).await?;
+        Ok(())
+    }
+}
+
+/// What an observer knows about another node's hold on an actor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldStatus {
+    /// The node's lease with that incarnation is valid.
+    Valid,
+    /// The node's lease with that incarnation has certainly ended.
+    Expired,
+    /// Neither can be said without reading the heartbeat again.
+    Unknown,
+}
+
+/// One node's heartbeat as this observer last saw it.
+#[derive(Debug, Clone)]
+pub struct Sighting {
+    pub heartbeat: Heartbeat,
+    pub etag: Etag,
+    /// Reply time of the first read that showed this version.
+    pub first_seen: Instant,
+    /// Start time of the latest read that still showed this version.
+    pub confirmed_at: Instant,
+}
+
+/// Another node's lease as judged by this node.
+#[derive(Debug)]
+pub struct LeaseObserver {
+    clock: Arc<dyn Clock>,
+    lease_ttl: Duration,
+    margin: Duration,
+    seen: Mutex<HashMap<NodeId, Sighting>>,
+}
+
+impl LeaseObserver {
+    /// `margin` covers clock-rate drift and scheduling delay; a tenth of the
+    /// TTL (at least 500 ms) is the default the node uses.
+    pub fn new(clock: Arc<dyn Clock>, lease_ttl: Duration, margin: Duration) -> Self {
+        Self {
+            clock,
+            lease_ttl,
+            margin,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn default_margin(lease_ttl: Duration) -> Duration {
+        (lease_ttl / 10).max(Duration::from_millis(500))
+    }
+
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// Records a read of `heartbeat` that started at `read_start` and
+    /// replied at `reply_at`.
+    pub fn observe(
+        &self,
+        heartbeat: Heartbeat,
+        etag: Etag,
+        read_start: Instant,
+        reply_at: Instant,
+    ) {
+        let mut seen = self.seen.lock();
+        let node = heartbeat.node.clone();
+        match seen.get_mut(&node) {
+            Some(s) if s.etag == etag && s.heartbeat.generation == heartbeat.generation => {
+                s.confirmed_at = s.confirmed_at.max(read_start);
+            }
+            _ => {
+                seen.insert(
+                    node,
+                    Sighting {
+                        heartbeat,
+                        etag,
+                        first_seen: reply_at,
+                        confirmed_at: read_start,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Records that a read started at `read_start` found the same version as
+    /// before (a listing showed an unchanged etag).
+    pub fn confirm_unchanged(&self, node: &NodeId, etag: &Etag, read_start: Instant) -> bool {
+        let mut seen = self.seen.lock();
+        match seen.get_mut(node) {
+            Some(s) if &s.etag == etag => {
+                s.confirmed_at = s.confirmed_at.max(read_start);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Records that a read started at `read_start` found no heartbeat.
+    pub fn observe_missing(&self, node: &NodeId, read_start: Instant) {
+        let mut seen = self.seen.lock();
+        if seen.get(node).is_some_and(|s| s.first_seen <= read_start) {
+            seen.remove(node);
+        }
+    }
+
+    pub fn sighting(&self, node: &NodeId) -> Option<Sighting> {
+        self.seen.lock().get(node).cloned()
+    }
+
+    pub fn sightings(&self) -> Vec<Sighting> {
+        self.seen.lock().values().cloned().collect()
+    }
+
+    /// Whether `node` with `incarnation` holds a valid lease now.
+    ///
+    /// A node that never wrote a heartbeat, or whose heartbeat is gone, or
+    /// that shows another incarnation, holds nothing under `incarnation`: a
+    /// node deletes its heartbeat or changes incarnation only after dropping
+    /// every actor. `Unknown` means: read the heartbeat again, then ask again.
+    pub fn hold_status(&self, node: &NodeId, incarnation: &str) -> HoldStatus {
+        let seen = self.seen.lock();
+        let Some(s) = seen.get(node) else {
+            return HoldStatus::Unknown;
+        };
+        if s.heartbeat.incarnation != incarnation {
+            return HoldStatus::Expired;
+        }
+        let deadline = s.first_seen + self.lease_ttl + self.margin;
+        if s.confirmed_at >= deadline {
+            HoldStatus::Expired
+        } else if self.clock.now() < deadline {
+            HoldStatus::Valid
+        } else {
+            HoldStatus::Unknown
+        }
+    }
+
+    /// The heartbeat of a node whose current lease is valid, if any.
+    pub fn live(&self, node: &NodeId) -> Option<Heartbeat> {
+        let s = self.sighting(node)?;
+        match self.hold_status(node, &s.heartbeat.incarnation) {
+            HoldStatus::Valid => Some(s.heartbeat),
+            _ => None,
+        }
+    }
+
+    /// Reads `node`'s heartbeat now and records what it shows.
+    pub async fn read(&self, bucket: &dyn Bucket, key: &str, node: &NodeId) -> Result<()> {
+        let start = self.clock.now();
+        match bucket.get(key).await {
+            Ok(object) => {
+                let reply = self.clock.now();
+                match std::str::from_utf8(&object.bytes)
+                    .ok()
+                    .and_then(|text| Heartbeat::parse(text).ok())
+                {
+                    Some(hb) if &hb.node == node => {
+                        self.observe(hb, object.meta.etag, start, reply)
+                    }
+                    _ => {
+                        tracing::warn!(key, "ignoring a heartbeat that does not parse");
+                    }
+                }
+                Ok(())
+            }
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => {
+                self.observe_missing(node, start);
+                Ok(())
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// [`hold_status`](Self::hold_status), reading the heartbeat when the
+    /// answer is not known yet. A heartbeat that is missing after a fresh
+    /// read means the hold has ended.
+    pub async fn check_hold(
+        &self,
+        bucket: &dyn Bucket,
+        key: &str,
+        node: &NodeId,
+        incarnation: &str,
+    ) -> Result<HoldStatus> {
+        let status = self.hold_status(node, incarnation);
+        if status != HoldStatus::Unknown {
+            return Ok(status);
+        }
+        self.read(bucket, key, node).await?;
+        Ok(match self.hold_status(node, incarnation) {
+            // A fresh read found no heartbeat at all.
+            HoldStatus::Unknown => HoldStatus::Expired,
+            status => status,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SeededRandom, SystemClock};
+    use std::collections::BTreeSet;
+    use wasmkeep_types::AppName;
+    use wasmkeep_types::heartbeat::{ClassesServed, DrainState, NodeState};
+
+    fn heartbeat(node: &str, incarnation: &str, generation: u64) -> Heartbeat {
+        Heartbeat {
+            node: NodeId::new(node).unwrap(),
+            advertise: "http://127.0.0.1:1".into(),
+            app: AppName::default_app(),
+            incarnation: incarnation.into(),
+            state: NodeState::Serving,
+            classes: ClassesServed::All,
+            resident_actors: 0,
+            drain: DrainState::None,
+            secrets: false,
+            capabilities: BTreeSet::new(),
+            generation,
+        }
+    }
+
+    const TTL: Duration = Duration::from_secs(10);
+    const MARGIN: Duration = Duration::from_secs(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn observer_keeps_a_hold_valid_until_ttl_and_margin_pass() {
+        let obs = LeaseObserver::new(Arc::new(SystemClock), TTL, MARGIN);
+        let node = NodeId::new("n1").unwrap();
+        let t0 = Instant::now();
+        obs.observe(heartbeat("n1", "i1", 1), Etag("e1".into()), t0, t0);
+        assert_eq!(obs.hold_status(&node, "i1"), HoldStatus::Valid);
+        assert_eq!(obs.hold_status(&node, "i0"), HoldStatus::Expired);
+        tokio::time::advance(TTL + MARGIN).await;
+        // No read since: the owner may have renewed unseen.
+        assert_eq!(obs.hold_status(&node, "i1"), HoldStatus::Unknown);
+        // A read that started now still shows the same version: expired.
+        obs.observe(
+            heartbeat("n1", "i1", 1),
+            Etag("e1".into()),
+            Instant::now(),
+            Instant::now(),
+        );
+        assert_eq!(obs.hold_status(&node, "i1"), HoldStatus::Expired);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_version_restarts_the_observers_clock() {
+        let obs = LeaseObserver::new(Arc::new(SystemClock), TTL, MARGIN);
+        let node = NodeId::new("n1").unwrap();
+        let t0 = Instant::now();
+        obs.observe(heartbeat("n1", "i1", 1), Etag("e1".into()), t0, t0);
+        tokio::time::advance(TTL).await;
+        let t1 = Instant::now();
+        obs.observe(heartbeat("n1", "i1", 2), Etag("e2".into()), t1, t1);
+        tokio::time::advance(MARGIN * 2).await;
+        assert_eq!(obs.hold_status(&node, "i1"), HoldStatus::Valid);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_that_started_before_the_deadline_proves_nothing() {
+        let obs = LeaseObserver::new(Arc::new(SystemClock), TTL, MARGIN);
+        let node = NodeId::new("n1").unwrap();
+        let t0 = Instant::now();
+        obs.observe(heartbeat("n1", "i1", 1), Etag("e1".into()), t0, t0);
+        let slow_read_start = t0 + TTL;
+        tokio::time::advance(TTL + MARGIN * 3).await;
+        obs.observe(
+            heartbeat("n1", "i1", 1),
+            Etag("e1".into()),
+            slow_read_start,
+            Instant::now(),
+        );
+        assert_eq!(obs.hold_status(&node, "i1"), HoldStatus::Unknown);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn owner_counts_its_lease_from_the_request_start() {
+        let bucket = wasmkeep_bucket::MemoryBucket::new();
+        bucket
+            .faults()
+            .set_latency(Duration::from_secs(3), Duration::ZERO);
+        let lease = NodeLease::new(Arc::new(SystemClock), Arc::new(SeededRandom::new(1)), TTL);
+        assert!(!lease.is_valid());
+        let start = Instant::now();
+        lease
+            .renew(&bucket, "apps/default/nodes/n1", heartbeat("n1", "", 0))
+            .await
+            .unwrap();
+        assert!(Instant::now() >= start + Duration::from_secs(3));
+        assert_eq!(lease.valid_until(), Some(start + TTL));
+        assert!(lease.is_valid());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lapsed_lease_is_not_renewed_until_rejoined_with_a_new_incarnation() {
+        let bucket = wasmkeep_bucket::MemoryBucket::new();
+        let lease = NodeLease::new(Arc::new(SystemClock), Arc::new(SeededRandom::new(1)), TTL);
+        let key = "apps/default/nodes/n1";
+        lease
+            .renew(&bucket, key, heartbeat("n1", "", 0))
+            .await
+            .unwrap();
+        let first = lease.incarnation();
+        tokio::time::advance(TTL).await;
+        assert!(!lease.is_valid());
+        assert!(lease.is_lapsed());
+        assert!(matches!(
+            lease.renew(&bucket, key, heartbeat("n1", "", 0)).await,
+            Err(Error::LeaseInvalid)
+        ));
+        lease.rejoin();
+        assert_ne!(lease.incarnation(), first);
+        lease
+            .renew(&bucket, key, heartbeat("n1", "", 0))
+            .await
+            .unwrap();
+        assert!(lease.is_valid());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_processes_with_one_node_id_are_detected() {
+        let bucket = wasmkeep_bucket::MemoryBucket::new();
+        let a = NodeLease::new(Arc::new(SystemClock), Arc::new(SeededRandom::new(1)), TTL);
+        let b = NodeLease::new(Arc::new(SystemClock), Arc::new(SeededRandom::new(2)), TTL);
+        let key = "apps/default/nodes/n1";
+        a.renew(&bucket, key, heartbeat("n1", "", 0)).await.unwrap();
+        b.renew(&bucket, key, heartbeat("n1", "", 0)).await.unwrap();
+        assert!(matches!(
+            a.renew(&bucket, key, heartbeat("n1", "", 0)).await,
+            Err(Error::DuplicateNode { .. })
+        ));
+    }
+}

@@ -1,0 +1,504 @@
+//! Ownership records: per actor, the node (and incarnation) that holds it.
+//!
+//! A record is acquired with put-if-absent, or put-if-match over a record
+//! that is released or whose hold is no longer valid, and released at
+//! hibernation or hand-over. A hold is valid when the record names a node
+//! whose lease is valid under that incarnation (the seed's LeaseView, see
+//! [`crate::lease`]). Together with the store's log fencing (a record is
+//! written with put-if-absent on its sequence number) two nodes can never both
+//! commit for one actor.
+//!
+//! Record body (unique per write thanks to the nonce; S3 servers give equal
+//! bodies equal etags):
+//!
+//! ```text
+//! wasmkeep-owner 1
+//! <node id>
+//! <incarnation>
+//! held | released
+//! <nonce>
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use wasmkeep_bucket::{Bucket, Etag};
+use wasmkeep_types::{ActorId, Keys, NodeId};
+
+use crate::lease::{HoldStatus, LeaseObserver, NodeLease};
+use crate::{Clock, Error, Random, Result};
+
+const MAGIC: &str = "wasmkeep-owner 1";
+/// Attempts of one acquire when other writers keep changing the record.
+const ACQUIRE_ATTEMPTS_MAX: usize = 4;
+/// First pause between release attempts; doubles up to the cap.
+const RELEASE_BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const RELEASE_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnershipRecord {
+    pub node: NodeId,
+    pub incarnation: String,
+    pub held: bool,
+    pub nonce: String,
+}
+
+impl OwnershipRecord {
+    pub fn to_text(&self) -> String {
+        format!(
+            "{MAGIC}\n{}\n{}\n{}\n{}\n",
+            self.node,
+            self.incarnation,
+            if self.held { "held" } else { "released" },
+            self.nonce
+        )
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut lines = text.lines();
+        if lines.next()? != MAGIC {
+            return None;
+        }
+        let node = NodeId::new(lines.next()?).ok()?;
+        let incarnation = lines.next()?.to_owned();
+        let held = match lines.next()? {
+            "held" => true,
+            "released" => false,
+            _ => return None,
+        };
+        let nonce = lines.next()?.to_owned();
+        if incarnation.is_empty() || nonce.is_empty() {
+            return None;
+        }
+        Some(Self {
+            node,
+            incarnation,
+            held,
+            nonce,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    /// This node holds the actor; `etag` is needed to release it.
+    Acquired { etag: Etag },
+    /// Another node holds it with a valid lease.
+    HeldBy { node: NodeId },
+}
+
+/// How a release ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseReturn {
+    /// The record no longer names this node.
+    Released,
+    /// The bucket did not answer within one lease TTL; the hold expires on
+    /// its own when this node's lease does.
+    Failed,
+}
+
+/// Acquires, checks and releases ownership records for one node.
+#[derive(Debug, Clone)]
+pub struct Ownership {
+    bucket: Arc<dyn Bucket>,
+    keys: Keys,
+    me: NodeId,
+    lease: Arc<NodeLease>,
+    observer: Arc<LeaseObserver>,
+    clock: Arc<dyn Clock>,
+    random: Arc<dyn Random>,
+}
+
+impl Ownership {
+    pub fn new(
+        bucket: Arc<dyn Bucket>,
+        keys: Keys,
+        me: NodeId,
+        lease: Arc<NodeLease>,
+        observer: Arc<LeaseObserver>,
+        clock: Arc<dyn Clock>,
+        random: Arc<dyn Random>,
+    ) -> Self {
+        Self {
+            bucket,
+            keys,
+            me,
+            lease,
+            observer,
+            clock,
+            random,
+        }
+    }
+
+    pub fn node(&self) -> &NodeId {
+        &self.me
+    }
+
+    pub fn lease(&self) -> &Arc<NodeLease> {
+        &self.lease
+    }
+
+    /// The record, if any, with its etag. A record that does not parse is
+    /// reported as `None` (and logged): no valid node wrote it.
+    pub async fn read(&self, actor: &ActorId) -> Result<Option<(OwnershipRecord, Etag)>> {
+        let key = self.keys.owner(actor);
+        match self.bucket.get(&key).await {
+            Ok(object) => {
+                let record = std::str::from_utf8(&object.bytes)
+                    .ok()
+                    .and_then(OwnershipRecord::parse);
+                if record.is_none() {
+                    tracing::warn!(key, "ownership record does not parse; treating it as free");
+                }
+                Ok(record.map(|r| (r, object.meta.etag)))
+            }
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(None),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Whether the record's hold is valid now, reading the holder's
+    /// heartbeat if needed.
+    pub async fn hold_status(&self, record: &OwnershipRecord) -> Result<HoldStatus> {
+        if !record.held {
+            return Ok(HoldStatus::Expired);
+        }
+        if record.node == self.me {
+            return Ok(
+                if record.incarnation == self.lease.incarnation() && self.lease.is_valid() {
+                    HoldStatus::Valid
+                } else {
+                    HoldStatus::Expired
+                },
+            );
+        }
+        self.observer
+            .check_hold(
+                &*self.bucket,
+                &self.keys.node(&record.node),
+                &record.node,
+                &record.incarnation,
+            )
+            .await
+    }
+
+    /// The node with a valid hold on the actor, if any.
+    pub async fn holder(&self, actor: &ActorId) -> Result<Option<NodeId>> {
+        let Some((record, _)) = self.read(actor).await? else {
+            return Ok(None);
+        };
+        Ok(match self.hold_status(&record).await? {
+            HoldStatus::Valid => Some(record.node),
+            _ => None,
+        })
+    }
+
+    /// Acquires the actor for this node unless another node holds it.
+    pub async fn acquire(&self, actor: &ActorId) -> Result<AcquireOutcome> {
+        let key = self.keys.owner(actor);
+        for _ in 0..ACQUIRE_ATTEMPTS_MAX {
+            if !self.lease.is_valid() {
+                return Err(Error::LeaseInvalid);
+            }
+            let mine = OwnershipRecord {
+                node: self.me.clone(),
+                incarnation: self.lease.incarnation(),
+                held: true,
+                nonce: self.random.token_hex(8),
+            };
+            let body = Bytes::from(mine.to_text());
+            let written = match self.read(actor).await? {
+                None => match self.bucket.get(&key).await {
+                    // A record that does not parse: replace it.
+                    Ok(object) => {
+                        self.bucket
+                            .put_if_match(&key, body, &object.meta.etag)
+                            .await
+                    }
+                    Err(wasmkeep_bucket::Error::NotFound { .. }) => {
+                        self.bucket.put_if_absent(&key, body).await
+                    }
+                    Err(err) => return Err(err.into()),
+                },
+                Some((record, etag)) => {
+                    if record.held
+                        && record.node == self.me
+                        && record.incarnation == mine.incarnation
+                    {
+                        return Ok(AcquireOutcome::Acquired { etag });
+                    }
+                    match self.hold_status(&record).await? {
+                        HoldStatus::Valid => {
+                            return Ok(AcquireOutcome::HeldBy { node: record.node });
+                        }
+                        HoldStatus::Expired | HoldStatus::Unknown => {
+                            self.bucket.put_if_match(&key, body, &etag).await
+                        }
+                    }
+                }
+            };
+            match written {
+                Ok(meta) => return Ok(AcquireOutcome::Acquired { etag: meta.etag }),
+                Err(
+                    wasmkeep_bucket::Error::Conflict { .. }
+                    | wasmkeep_bucket::Error::NotFound { .. },
+                ) => {
+                    continue;
+                }
+                Err(wasmkeep_bucket::Error::OutcomeUnknown { .. }) => {
+                    // Re-read: the write may have applied.
+                    if let Some((record, etag)) = self.read(actor).await?
+                        && record.nonce == mine.nonce
+                    {
+                        return Ok(AcquireOutcome::Acquired { etag });
+                    }
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(Error::Bucket(wasmkeep_bucket::Error::Unavailable {
+            key,
+            reason: "the ownership record kept changing".into(),
+        }))
+    }
+
+    /// Releases this node's hold, retrying for up to one lease TTL.
+    pub async fn release(&self, actor: &ActorId, etag: &Etag) -> LeaseReturn {
+        let key = self.keys.owner(actor);
+        let deadline = self.clock.now() + self.lease.lease_ttl();
+        let mut backoff = RELEASE_BACKOFF_FIRST;
+        let mut etag = etag.clone();
+        loop {
+            match self.release_once(actor, &key, &etag).await {
+                Ok(()) => return LeaseReturn::Released,
+                Err(ReleaseRetry::WithEtag(new)) => etag = new,
+                Err(ReleaseRetry::Later) => {}
+            }
+            if self.clock.now() + backoff >= deadline {
+                tracing::warn!(%actor, "could not release the ownership record within one lease TTL");
+                return LeaseReturn::Failed;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(RELEASE_BACKOFF_MAX);
+        }
+    }
+
+    async fn release_once(
+        &self,
+        actor: &ActorId,
+        key: &str,
+        etag: &Etag,
+    ) -> Result<(), ReleaseRetry> {
+        let outcome = match self.bucket.delete_if_match(key, etag).await {
+            Err(wasmkeep_bucket::Error::Unsupported(_)) => {
+                let released = OwnershipRecord {
+                    node: self.me.clone(),
+                    incarnation: self.lease.incarnation(),
+                    held: false,
+                    nonce: self.random.token_hex(8),
+                };
+                self.bucket
+                    .put_if_match(key, Bytes::from(released.to_text()), etag)
+                    .await
+                    .map(|_| ())
+            }
+            other => other,
+        };
+        match outcome {
+            Ok(()) | Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(()),
+            Err(
+                wasmkeep_bucket::Error::Conflict { .. }
+                | wasmkeep_bucket::Error::OutcomeUnknown { .. },
+            ) => {
+                // Re-read: released already, taken by someone else, or still ours
+                // under another etag (a lost reply).
+                match self.read(actor).await {
+                    Ok(Some((record, new_etag)))
+                        if record.held
+                            && record.node == self.me
+                            && record.incarnation == self.lease.incarnation() =>
+                    {
+                        Err(ReleaseRetry::WithEtag(new_etag))
+                    }
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(ReleaseRetry::Later),
+                }
+            }
+            Err(_) => Err(ReleaseRetry::Later),
+        }
+    }
+}
+
+enum ReleaseRetry {
+    WithEtag(Etag),
+    Later,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SeededRandom, SystemClock};
+    use std::collections::BTreeSet;
+    use wasmkeep_bucket::MemoryBucket;
+    use wasmkeep_types::AppName;
+    use wasmkeep_types::heartbeat::{ClassesServed, DrainState, Heartbeat, NodeState};
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    struct Node {
+        ownership: Ownership,
+        lease: Arc<NodeLease>,
+        keys: Keys,
+        bucket: Arc<dyn Bucket>,
+    }
+
+    impl Node {
+        fn new(bucket: Arc<dyn Bucket>, name: &str, seed: u64) -> Self {
+            let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+            let random: Arc<dyn Random> = Arc::new(SeededRandom::new(seed));
+            let lease = Arc::new(NodeLease::new(clock.clone(), random.clone(), TTL));
+            let observer = Arc::new(LeaseObserver::new(
+                clock.clone(),
+                TTL,
+                Duration::from_secs(1),
+            ));
+            let keys = Keys::new(&AppName::default_app());
+            let ownership = Ownership::new(
+                bucket.clone(),
+                keys.clone(),
+                NodeId::new(name).unwrap(),
+                lease.clone(),
+                observer,
+                clock,
+                random,
+            );
+            Self {
+                ownership,
+                lease,
+                keys,
+                bucket,
+            }
+        }
+
+        async fn beat(&self) {
+            let hb = Heartbeat {
+                node: self.ownership.node().clone(),
+                advertise: "http://127.0.0.1:1".into(),
+                app: AppName::default_app(),
+                incarnation: String::new(),
+                state: NodeState::Serving,
+                classes: ClassesServed::All,
+                resident_actors: 0,
+                drain: DrainState::None,
+                secrets: false,
+                capabilities: BTreeSet::new(),
+                generation: 0,
+            };
+            let key = self.keys.node(self.ownership.node());
+            self.lease.renew(&*self.bucket, &key, hb).await.unwrap();
+        }
+    }
+
+    fn actor() -> ActorId {
+        ActorId::parse("t/counter/a").unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_one_node_acquires_a_free_actor() {
+        let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
+        let a = Node::new(bucket.clone(), "a", 1);
+        let b = Node::new(bucket.clone(), "b", 2);
+        a.beat().await;
+        b.beat().await;
+        let x = actor();
+        let (ra, rb) = tokio::join!(a.ownership.acquire(&x), b.ownership.acquire(&x));
+        let outcomes = [ra.unwrap(), rb.unwrap()];
+        let acquired = outcomes
+            .iter()
+            .filter(|o| matches!(o, AcquireOutcome::Acquired { .. }))
+            .count();
+        assert_eq!(acquired, 1, "{outcomes:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_valid_hold_is_respected_and_an_expired_one_taken_over() {
+        let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
+        let a = Node::new(bucket.clone(), "a", 1);
+        let b = Node::new(bucket.clone(), "b", 2);
+        a.beat().await;
+        b.beat().await;
+        assert!(matches!(
+            a.ownership.acquire(&actor()).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+        assert_eq!(
+            b.ownership.acquire(&actor()).await.unwrap(),
+            AcquireOutcome::HeldBy {
+                node: NodeId::new("a").unwrap()
+            }
+        );
+        // a stops renewing (crash); b keeps its own lease alive.
+        for _ in 0..5 {
+            tokio::time::advance(Duration::from_secs(3)).await;
+            b.beat().await;
+        }
+        assert!(!a.lease.is_valid());
+        assert!(matches!(
+            b.ownership.acquire(&actor()).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+        assert_eq!(
+            b.ownership.holder(&actor()).await.unwrap(),
+            Some(NodeId::new("b").unwrap())
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_released_actor_is_free_for_the_next_node() {
+        let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
+        let a = Node::new(bucket.clone(), "a", 1);
+        let b = Node::new(bucket.clone(), "b", 2);
+        a.beat().await;
+        b.beat().await;
+        let AcquireOutcome::Acquired { etag } = a.ownership.acquire(&actor()).await.unwrap() else {
+            panic!("a did not acquire");
+        };
+        assert_eq!(
+            a.ownership.release(&actor(), &etag).await,
+            LeaseReturn::Released
+        );
+        assert_eq!(a.ownership.holder(&actor()).await.unwrap(), None);
+        assert!(matches!(
+            b.ownership.acquire(&actor()).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_without_a_valid_lease_does_not_acquire() {
+        let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
+        let a = Node::new(bucket, "a", 1);
+        assert!(matches!(
+            a.ownership.acquire(&actor()).await,
+            Err(Error::LeaseInvalid)
+        ));
+    }
+
+    #[test]
+    fn records_round_trip_and_garbage_is_refused() {
+        let r = OwnershipRecord {
+            node: NodeId::new("n1").unwrap(),
+            incarnation: "ab".into(),
+            held: true,
+            nonce: "cd".into(),
+        };
+        assert_eq!(OwnershipRecord::parse(&r.to_text()), Some(r));
+        assert_eq!(
+            OwnershipRecord::parse("wasmkeep-owner 1\nn1\nab\nmaybe\ncd\n"),
+            None
+        );
+        assert_eq!(OwnershipRecord::parse("junk"), None);
+    }
+}

@@ -1,0 +1,60 @@
+//! Deliberate mistakes, switched on only by the simulation's tests to show
+//! that its checkers catch them. Without the `planted-bugs` feature every
+//! switch is a constant `false` and the compiler removes the mistake.
+
+#[cfg(feature = "planted-bugs")]
+mod switches {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    pub static LEASE_FROM_REPLY: AtomicBool = AtomicBool::new(false);
+    pub static HIBERNATE_AFTER_RELEASE: AtomicBool = AtomicBool::new(false);
+    pub static FORGET_ALARM_BEFORE_TAKE: AtomicBool = AtomicBool::new(false);
+
+    pub fn get(flag: &AtomicBool) -> bool {
+        flag.load(Ordering::Relaxed)
+    }
+
+    pub fn set(flag: &AtomicBool, on: bool) {
+        flag.store(on, Ordering::Relaxed);
+    }
+}
+
+#[cfg(feature = "planted-bugs")]
+pub use switches::{FORGET_ALARM_BEFORE_TAKE, HIBERNATE_AFTER_RELEASE, LEASE_FROM_REPLY, set};
+
+/// Bug: the owner counts its lease from the renewal's reply, not its request.
+pub fn lease_from_reply() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        switches::get(&switches::LEASE_FROM_REPLY)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
+    }
+}
+
+/// Bug (ADR 0017's first draft): hibernate the stub right after the release,
+/// so the owner's next event claims the actor back.
+pub fn hibernate_after_release() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        switches::get(&switches::HIBERNATE_AFTER_RELEASE)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
+    }
+}
+
+/// Bug: forget the alarm registration before the take succeeded.
+pub fn forget_alarm_before_take() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        switches::get(&switches::FORGET_ALARM_BEFORE_TAKE)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
+    }
+}
