@@ -1,0 +1,25 @@
+//! HTTP between nodes: TLS configuration for the listener and for peer
+//! calls (rustls), and [`PeerClient`], which sends signed node calls
+//! (forwarded requests, alarm hand-offs, takes) to a peer's advertised URL.
+//!
+//! The cluster logic never names this crate: it sees peer calls through its
+//! own traits, so the simulation can replace the network.
+
+pub mod client;
+pub mod tls;
+
+pub use client::{PeerCall, PeerClient};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("TLS configuration: {0}")]
+    Tls(String),
+    #[error("invalid peer URL {url:?}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("peer call to {url} failed: {reason}")]
+    Call { url: String, reason: String },
+    #[error("peer call to {url} timed out after {timeout_ms} ms")]
+    Timeout { url: String, timeout_ms: u128 },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
