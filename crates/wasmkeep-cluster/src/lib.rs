@@ -9,6 +9,7 @@
 
 pub mod clock;
 pub mod hints;
+pub mod inspect;
 pub mod lease;
 pub mod ownership;
 pub mod peers;
