@@ -1,0 +1,265 @@
+//! [`Runtime`]: the one wasmtime `Engine` of the process, its pooling
+//! allocator, the epoch ticker that bounds every event's time, and the
+//! `Linker` holding every host import (the actor world and WASI p2).
+
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmkeep_types::ActorId;
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
+};
+use wasmtime_wasi::WasiCtxBuilder;
+
+use crate::bindings::Actor;
+use crate::component::ClassComponent;
+use crate::error::Error;
+use crate::host::ActorHost;
+use crate::state::{Limits, State, TimeLimitExceeded};
+use crate::stdio::{GuestOutput, StderrTail, Stream};
+
+/// The wasmtime release this crate is built against (pinned with `=` in the
+/// workspace); part of the precompiled-cache file names.
+const WASMTIME_VERSION: &str = "48.0.8";
+/// How often the ticker thread advances the engine's epoch. A running guest
+/// checks its deadline (and yields to tokio) once per tick.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Core instances one component may contain (a Rust guest has a handful; a
+/// componentize-js guest needs more).
+const CORE_INSTANCES_PER_COMPONENT_MAX: u32 = 50;
+/// Linear memories (and tables) one component may contain.
+const MEMORIES_PER_COMPONENT_MAX: u32 = 10;
+/// Pool slots for memories and tables per component instance: most guests
+/// have one memory, so twice the instance count leaves room for a few
+/// components with more.
+const MEMORY_SLOTS_PER_INSTANCE: u32 = 2;
+/// WASI resources (streams, pollables...) one instance may hold at once; the
+/// table lives in host memory, outside the guest's memory limit.
+const WASI_RESOURCES_MAX: usize = 10_000;
+/// The smallest memory limit that makes sense: one wasm page.
+const MEMORY_BYTES_MIN: usize = 64 * 1024;
+/// The largest memory limit: a 32-bit linear memory.
+const MEMORY_BYTES_LIMIT: usize = 4 << 30;
+
+/// Limits and paths of a [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where precompiled components (`.cwasm`) are kept; `None` compiles every
+    /// component at each load.
+    pub cache_dir: Option<PathBuf>,
+    /// The most bytes one linear memory of one instance may grow to.
+    pub memory_bytes_max: usize,
+    /// The longest one event (or one instantiation) may run, wall clock,
+    /// including the time its host calls take.
+    pub event_time_max: Duration,
+    /// How many component instances may be live at once (the pool's size).
+    pub instances_max: u32,
+    /// The most elements one table of one instance may hold.
+    pub table_elements_max: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            memory_bytes_max: 128 << 20,
+            event_time_max: Duration::from_secs(30),
+            instances_max: 1000,
+            table_elements_max: 100_000,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    fn check(&self) -> Result<(), Error> {
+        if !(MEMORY_BYTES_MIN..=MEMORY_BYTES_LIMIT).contains(&self.memory_bytes_max) {
+            return Err(Error::Config(format!(
+                "memory_bytes_max is {} bytes; it must be between {MEMORY_BYTES_MIN} and {MEMORY_BYTES_LIMIT}",
+                self.memory_bytes_max
+            )));
+        }
+        if self.event_time_max < EPOCH_TICK {
+            return Err(Error::Config(format!(
+                "event_time_max is {:?}; it must be at least the epoch tick, {EPOCH_TICK:?}",
+                self.event_time_max
+            )));
+        }
+        if self.instances_max == 0 {
+            return Err(Error::Config("instances_max must be at least 1".into()));
+        }
+        if self.table_elements_max == 0 {
+            return Err(Error::Config(
+                "table_elements_max must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One wasmtime `Engine` per process. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<RuntimeInner>,
+}
+
+pub(crate) struct RuntimeInner {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<State>,
+    pub(crate) config: RuntimeConfig,
+    /// `wasmtime<version>-<hash of the engine's compilation settings>`: a
+    /// precompiled component is only reused by an engine with the same key.
+    pub(crate) engine_key: String,
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> Result<Self, Error> {
+        config.check()?;
+        let engine =
+            Engine::new(&engine_config(&config)).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let mut linker = Linker::<State>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| Error::Engine(format!("{e:#}")))?;
+        Actor::add_to_linker::<State, HasSelf<State>>(&mut linker, |state| state)
+            .map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let engine_key = engine_key(&engine);
+        start_epoch_ticker(&engine)?;
+        Ok(Self {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                linker,
+                config,
+                engine_key,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+
+    /// Validates (is a component, implements world `actor`, imports only what
+    /// the host gives), compiles or loads the precompiled cache. Errors name
+    /// what is wrong; nothing is cached on error.
+    pub fn load_component(&self, bytes: &[u8]) -> Result<ClassComponent, Error> {
+        ClassComponent::load(self, bytes)
+    }
+}
+
+impl RuntimeInner {
+    /// A fresh store for one instance of `id`, owning `host`. WASI gets no
+    /// preopened directory, no environment, no arguments and no network;
+    /// stdout and stderr go to `tracing` (target `guest`).
+    pub(crate) fn new_store(&self, id: ActorId, host: Box<dyn ActorHost>) -> Store<State> {
+        let label: Arc<str> = Arc::from(id.to_string());
+        let stderr_tail = StderrTail::default();
+        let wasi = WasiCtxBuilder::new()
+            .stdout(GuestOutput::new(
+                label.clone(),
+                Stream::Stdout,
+                stderr_tail.clone(),
+            ))
+            .stderr(GuestOutput::new(label, Stream::Stderr, stderr_tail.clone()))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(WASI_RESOURCES_MAX);
+        let state = State {
+            host,
+            id,
+            wasi,
+            table,
+            limits: Limits {
+                memory_bytes_max: self.config.memory_bytes_max,
+                table_elements_max: self.config.table_elements_max,
+            },
+            event_deadline: Instant::now() + self.config.event_time_max,
+            stderr_tail,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limits);
+        // At each tick past the store's epoch deadline: stop the guest once the
+        // event's deadline has passed, otherwise yield to tokio so a long
+        // event does not hold a worker thread, and look again next tick.
+        store.epoch_deadline_callback(|context| {
+            if Instant::now() >= context.data().event_deadline {
+                return Err(wasmtime::Error::new(TimeLimitExceeded));
+            }
+            Ok(UpdateDeadline::Yield(1))
+        });
+        store
+    }
+}
+
+fn engine_config(config: &RuntimeConfig) -> Config {
+    let instances = config.instances_max;
+    let slots = instances.saturating_mul(MEMORY_SLOTS_PER_INSTANCE);
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(instances)
+        .total_core_instances(instances.saturating_mul(CORE_INSTANCES_PER_COMPONENT_MAX))
+        .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT_MAX)
+        .max_memories_per_component(MEMORIES_PER_COMPONENT_MAX)
+        .max_tables_per_component(MEMORIES_PER_COMPONENT_MAX)
+        .total_memories(slots)
+        .total_tables(slots)
+        // One fiber stack per event in flight; at most one event per instance.
+        .total_stacks(instances)
+        .max_memory_size(config.memory_bytes_max)
+        .table_elements(config.table_elements_max);
+    let mut engine_config = Config::new();
+    engine_config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    engine_config
+}
+
+/// Feeds a `Hash` into SHA-256, so the engine's compatibility hash is stable
+/// across processes (std's `DefaultHasher` promises no such thing).
+struct Sha256Hasher(Sha256);
+
+impl Hasher for Sha256Hasher {
+    fn finish(&self) -> u64 {
+        let digest = self.0.clone().finalize();
+        u64::from_le_bytes(
+            digest[..8]
+                .try_into()
+                .expect("a SHA-256 digest has 32 bytes"),
+        )
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+fn engine_key(engine: &Engine) -> String {
+    let mut hasher = Sha256Hasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let digest = hex::encode(hasher.0.finalize());
+    format!("wasmtime{WASMTIME_VERSION}-{}", &digest[..16])
+}
+
+/// One thread per engine advances the epoch every [`EPOCH_TICK`]; it ends by
+/// itself once the engine (every clone of it) is gone.
+fn start_epoch_ticker(engine: &Engine) -> Result<(), Error> {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("wasmkeep-epoch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(EPOCH_TICK);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => return,
+                }
+            }
+        })
+        .map(drop)
+        .map_err(|e| Error::Engine(format!("could not start the epoch ticker thread: {e}")))
+}
