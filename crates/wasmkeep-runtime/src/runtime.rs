@@ -215,9 +215,19 @@ fn engine_config(config: &RuntimeConfig) -> Config {
     engine_config
         .wasm_component_model(true)
         .epoch_interruption(true)
+        // Reserve only what a memory may grow to, plus a small guard: with
+        // wasmtime's default (4 GiB reserved per memory slot) ten thousand
+        // resident actors would need more address space than x86-64 has.
+        // Bounds checks become explicit, a small cost per memory access.
+        .memory_reservation(config.memory_bytes_max as u64)
+        .memory_guard_size(MEMORY_GUARD_BYTES)
+        .memory_reservation_for_growth(0)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     engine_config
 }
+
+/// Guard pages after each linear memory.
+const MEMORY_GUARD_BYTES: u64 = 64 * 1024;
 
 /// Feeds a `Hash` into SHA-256, so the engine's compatibility hash is stable
 /// across processes (std's `DefaultHasher` promises no such thing).
