@@ -9,6 +9,32 @@
 //! is a [`Error::Conflict`], a transient failure is [`Error::Unavailable`],
 //! and a write whose outcome cannot be known is [`Error::OutcomeUnknown`]:
 //! the caller must re-read before deciding anything.
+//!
+//! Backends, chosen by URL with [`open`]:
+//! - [`MemoryBucket`] (`memory://`): in-process, with [`Faults`] (latency,
+//!   errors, lost replies, partitions) for tests and the simulation.
+//! - [`FolderBucket`] (`file:///abs/path`): files under a folder, atomic
+//!   across threads and processes (striped `flock`s), durable with group
+//!   commit.
+//! - [`S3Bucket`] (`s3://bucket/prefix`): any S3 server with conditional
+//!   writes, through `object_store`.
+//!
+//! Every backend accepts the same keys ([`key`]), so code tested against
+//! memory behaves the same on a folder or S3.
+
+mod folder;
+pub mod key;
+mod memory;
+mod open;
+mod s3;
+
+pub use folder::{
+    COMMIT_BATCH_WRITES_MAX, COMMIT_QUEUE_WRITES_MAX, FolderBucket, FolderOptions, LOCK_STRIPES,
+    SyncMode, content_etag,
+};
+pub use memory::{FAULT_QUEUE_LEN_MAX, Fault, Faults, MemoryBucket};
+pub use open::open;
+pub use s3::{RETRIES_MAX, RETRY_TIMEOUT, S3Bucket};
 
 use std::fmt;
 use std::time::SystemTime;

@@ -1,0 +1,647 @@
+//! One conformance suite, run against every backend: memory, folder and S3
+//! (SeaweedFS started by `wasmkeep-testkit`). Each case is a generic async fn
+//! in `cases`; `backend_suite!` instantiates every case for one backend.
+//!
+//! The folder backend's cross-process race re-executes this test binary as
+//! child processes (see `folder_process_child`).
+
+use std::any::Any;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use anyhow::{Context, ensure};
+use bytes::Bytes;
+use futures::StreamExt;
+use wasmkeep_bucket::{Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX};
+
+/// A bucket, a prefix unique to one test, and whatever must live as long as
+/// the test (a temporary folder).
+pub struct Fixture {
+    pub bucket: Arc<dyn Bucket>,
+    pub prefix: String,
+    pub _keep: Box<dyn Any + Send + Sync>,
+}
+
+impl Fixture {
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+}
+
+/// Number of tasks in each race.
+const RACERS: usize = 16;
+/// Most writes in flight while filling a bucket for the pagination test.
+const FILL_CONCURRENCY: usize = 32;
+
+mod cases {
+    use super::*;
+
+    pub async fn get_returns_what_put_wrote(f: &Fixture) -> anyhow::Result<()> {
+        let key = f.key("a/b");
+        let written = f.bucket.put(&key, Bytes::from_static(b"hello")).await?;
+        let object = f.bucket.get(&key).await?;
+        ensure!(object.bytes == Bytes::from_static(b"hello"));
+        ensure!(object.meta.key == key);
+        ensure!(object.meta.size == 5);
+        ensure!(
+            object.meta.etag == written.etag,
+            "get etag {:?} != put etag {:?}",
+            object.meta.etag,
+            written.etag
+        );
+        Ok(())
+    }
+
+    pub async fn head_reports_meta_without_body(f: &Fixture) -> anyhow::Result<()> {
+        let key = f.key("h");
+        let written = f.bucket.put(&key, Bytes::from_static(b"12345678")).await?;
+        let meta = f.bucket.head(&key).await?;
+        ensure!(meta.size == 8 && meta.etag == written.etag && meta.key == key);
+        Ok(())
+    }
+
+    pub async fn missing_key_is_not_found(f: &Fixture) -> anyhow::Result<()> {
+        let key = f.key("missing");
+        ensure!(matches!(
+            f.bucket.get(&key).await,
+            Err(Error::NotFound { .. })
+        ));
+        ensure!(matches!(
+            f.bucket.head(&key).await,
+            Err(Error::NotFound { .. })
+        ));
+        let r = f
+            .bucket
+            .put_if_match(&key, Bytes::from_static(b"x"), &Etag("nope".into()))
+            .await;
+        ensure!(
+            matches!(r, Err(Error::NotFound { .. })),
+            "put_if_match on missing key: {r:?}"
+        );
+        ensure!(
+            matches!(f.bucket.get(&key).await, Err(Error::NotFound { .. })),
+            "put_if_match created the key"
+        );
+        f.bucket
+            .delete(&key)
+            .await
+            .context("deleting a missing key is not an error")?;
+        match f.bucket.delete_if_match(&key, &Etag("nope".into())).await {
+            Err(Error::NotFound { .. }) | Err(Error::Unsupported(_)) => {}
+            other => anyhow::bail!("delete_if_match on missing key: {other:?}"),
+        }
+        Ok(())
+    }
+
+    pub async fn put_if_absent_conflicts_when_present(f: &Fixture) -> anyhow::Result<()> {
+        let key = f.key("once");
+        let first = f
+            .bucket
+            .put_if_absent(&key, Bytes::from_static(b"first"))
+            .await?;
+        let r = f
+            .bucket
+            .put_if_absent(&key, Bytes::from_static(b"second"))
+            .await;
+        ensure!(
+            matches!(r, Err(Error::Conflict { .. })),
+            "second put_if_absent: {r:?}"
+        );
+        let object = f.bucket.get(&key).await?;
+        ensure!(object.bytes == Bytes::from_static(b"first") && object.meta.etag == first.etag);
+        Ok(())
+    }
+
+    pub async fn put_if_match_needs_the_current_etag(f: &Fixture) -> anyhow::Result<()> {
+        let key = f.key("cas");
+        let v1 = f
+            .bucket
+            .put_if_absent(&key, Bytes::from_static(b"v1"))
+            .await?;
+        let v2 = f
+            .bucket
+            .put_if_match(&key, Bytes::from_static(b"v2"), &v1.etag)
+            .await?;
+        ensure!(v2.etag != v1.etag);
+        let stale = f
+            .bucket
+            .put_if_match(&key, Bytes::from_static(b"v3"), &v1.etag)
+            .await;
+        ensure!(
+            matches!(stale, Err(Error::Conflict { .. })),
+            "stale etag: {stale:?}"
+        );
+        let object = f.bucket.get(&key).await?;
+        ensure!(object.bytes == Bytes::from_static(b"v2") && object.meta.etag == v2.etag);
+        Ok(())
+    }
+
+    pub async fn etag_changes_on_each_write(f: &Fixture) -> anyhow::Result<()> {
+        let key = f.key("etags");
+        let mut seen = BTreeSet::new();
+        let mut meta = f
+            .bucket
+            .put_if_absent(&key, Bytes::from_static(b"0"))
+            .await?;
+        seen.insert(meta.etag.0.clone());
+        for i in 1..5u32 {
+            meta = if i % 2 == 0 {
+                f.bucket.put(&key, Bytes::from(format!("body {i}"))).await?
+            } else {
+                f.bucket
+                    .put_if_match(&key, Bytes::from(format!("body {i}")), &meta.etag)
+                    .await?
+            };
+            ensure!(
+                seen.insert(meta.etag.0.clone()),
+                "etag {} repeated after write {i}",
+                meta.etag
+            );
+            ensure!(f.bucket.head(&key).await?.etag == meta.etag);
+        }
+        Ok(())
+    }
+
+    pub async fn delete_removes_the_object(f: &Fixture) -> anyhow::Result<()> {
+        let key = f.key("gone");
+        f.bucket.put(&key, Bytes::from_static(b"x")).await?;
+        f.bucket.delete(&key).await?;
+        ensure!(matches!(
+            f.bucket.get(&key).await,
+            Err(Error::NotFound { .. })
+        ));
+        f.bucket
+            .put_if_absent(&key, Bytes::from_static(b"again"))
+            .await
+            .context("key reusable after delete")?;
+        Ok(())
+    }
+
+    pub async fn delete_if_match_needs_the_current_etag(f: &Fixture) -> anyhow::Result<()> {
+        let key = f.key("del-cas");
+        let v1 = f.bucket.put(&key, Bytes::from_static(b"v1")).await?;
+        let v2 = f
+            .bucket
+            .put_if_match(&key, Bytes::from_static(b"v2"), &v1.etag)
+            .await?;
+        match f.bucket.delete_if_match(&key, &v1.etag).await {
+            Err(Error::Unsupported(_)) => return Ok(()),
+            Err(Error::Conflict { .. }) => {}
+            other => anyhow::bail!("delete_if_match with a stale etag: {other:?}"),
+        }
+        ensure!(
+            f.bucket.get(&key).await?.bytes == Bytes::from_static(b"v2"),
+            "stale delete_if_match deleted"
+        );
+        f.bucket.delete_if_match(&key, &v2.etag).await?;
+        ensure!(matches!(
+            f.bucket.get(&key).await,
+            Err(Error::NotFound { .. })
+        ));
+        Ok(())
+    }
+
+    pub async fn list_is_sorted_and_limited_to_the_prefix(f: &Fixture) -> anyhow::Result<()> {
+        // No key is also a "folder" of others (`a` and `a/x`): the folder backend
+        // cannot hold both (documented limitation).
+        let names = ["b", "a-b", "a/x", "a.c", "a/y/z", "ab", "c/d"];
+        for name in names {
+            f.bucket
+                .put(&f.key(&format!("in/{name}")), Bytes::from(name))
+                .await?;
+        }
+        f.bucket
+            .put(&f.key("inside"), Bytes::from_static(b"not under in/"))
+            .await?;
+        f.bucket
+            .put(&f.key("i"), Bytes::from_static(b"not under in/"))
+            .await?;
+        let listed: Vec<String> = f
+            .bucket
+            .list(&f.key("in/"))
+            .await?
+            .into_iter()
+            .map(|m| m.key)
+            .collect();
+        let mut expected: Vec<String> = names.iter().map(|n| f.key(&format!("in/{n}"))).collect();
+        expected.sort();
+        ensure!(
+            listed == expected,
+            "listed {listed:?}\nexpected {expected:?}"
+        );
+        let partial: Vec<String> = f
+            .bucket
+            .list(&f.key("in/a"))
+            .await?
+            .into_iter()
+            .map(|m| m.key)
+            .collect();
+        let expected_partial: Vec<String> = expected
+            .iter()
+            .filter(|k| k.starts_with(&f.key("in/a")))
+            .cloned()
+            .collect();
+        ensure!(partial == expected_partial, "partial prefix: {partial:?}");
+        // start_after at a key where every server agrees on what follows
+        // (SeaweedFS lists a folder `a/` where `a` would sort, see s3.rs).
+        let page = f
+            .bucket
+            .list_page(&f.key("in/"), Some(&f.key("in/ab")))
+            .await?;
+        let after: Vec<String> = page.objects.into_iter().map(|m| m.key).collect();
+        ensure!(
+            after == [f.key("in/b"), f.key("in/c/d")],
+            "start_after: {after:?}"
+        );
+        ensure!(f.bucket.list(&f.key("nothing-here/")).await?.is_empty());
+        let meta = f.bucket.list(&f.key("in/b")).await?;
+        ensure!(
+            meta.len() == 1
+                && meta[0].size == 1
+                && meta[0].etag == f.bucket.head(&f.key("in/b")).await?.etag
+        );
+        Ok(())
+    }
+
+    pub async fn list_pages_through_more_than_one_page(f: &Fixture) -> anyhow::Result<()> {
+        let count = LIST_PAGE_OBJECTS_MAX + 7;
+        let bucket = &f.bucket;
+        let results: Vec<wasmkeep_bucket::Result<_>> = futures::stream::iter(0..count)
+            .map(|i| {
+                let key = f.key(&format!("many/{i:05}"));
+                async move { bucket.put(&key, Bytes::from_static(b"x")).await }
+            })
+            .buffer_unordered(FILL_CONCURRENCY)
+            .collect()
+            .await;
+        for r in results {
+            r?;
+        }
+        let first = f.bucket.list_page(&f.key("many/"), None).await?;
+        ensure!(
+            first.objects.len() == LIST_PAGE_OBJECTS_MAX,
+            "first page has {}",
+            first.objects.len()
+        );
+        let next = first
+            .next
+            .clone()
+            .context("a full page must say where to go on")?;
+        let second = f.bucket.list_page(&f.key("many/"), Some(&next)).await?;
+        ensure!(
+            second.objects.len() == 7,
+            "second page has {}",
+            second.objects.len()
+        );
+        ensure!(second.next.is_none());
+        let all: Vec<String> = f
+            .bucket
+            .list(&f.key("many/"))
+            .await?
+            .into_iter()
+            .map(|m| m.key)
+            .collect();
+        let expected: Vec<String> = (0..count).map(|i| f.key(&format!("many/{i:05}"))).collect();
+        ensure!(all == expected);
+        Ok(())
+    }
+
+    pub async fn racing_put_if_absent_has_one_winner(f: &Fixture) -> anyhow::Result<()> {
+        let key = f.key("race-absent");
+        let mut tasks = Vec::new();
+        for i in 0..RACERS {
+            let bucket = Arc::clone(&f.bucket);
+            let key = key.clone();
+            tasks.push(tokio::spawn(async move {
+                bucket
+                    .put_if_absent(&key, Bytes::from(format!("racer {i}")))
+                    .await
+            }));
+        }
+        let mut winners = Vec::new();
+        for (i, task) in tasks.into_iter().enumerate() {
+            match task.await? {
+                Ok(_) => winners.push(i),
+                Err(Error::Conflict { .. }) => {}
+                Err(e) => anyhow::bail!("racer {i}: {e}"),
+            }
+        }
+        ensure!(winners.len() == 1, "winners: {winners:?}");
+        ensure!(f.bucket.get(&key).await?.bytes == Bytes::from(format!("racer {}", winners[0])));
+        Ok(())
+    }
+
+    pub async fn racing_put_if_match_has_one_winner(f: &Fixture) -> anyhow::Result<()> {
+        let key = f.key("race-match");
+        let base = f.bucket.put(&key, Bytes::from_static(b"base")).await?;
+        let mut tasks = Vec::new();
+        for i in 0..RACERS {
+            let bucket = Arc::clone(&f.bucket);
+            let key = key.clone();
+            let etag = base.etag.clone();
+            tasks.push(tokio::spawn(async move {
+                bucket
+                    .put_if_match(&key, Bytes::from(format!("racer {i}")), &etag)
+                    .await
+            }));
+        }
+        let mut winners = Vec::new();
+        for (i, task) in tasks.into_iter().enumerate() {
+            match task.await? {
+                Ok(meta) => winners.push((i, meta.etag)),
+                Err(Error::Conflict { .. }) => {}
+                Err(e) => anyhow::bail!("racer {i}: {e}"),
+            }
+        }
+        ensure!(winners.len() == 1, "winners: {winners:?}");
+        let object = f.bucket.get(&key).await?;
+        ensure!(
+            object.bytes == format!("racer {}", winners[0].0) && object.meta.etag == winners[0].1
+        );
+        Ok(())
+    }
+
+    pub async fn bad_keys_are_refused_and_nothing_is_written(f: &Fixture) -> anyhow::Result<()> {
+        let bad = [
+            format!("{}../escape", f.prefix),
+            format!("{}a//b", f.prefix),
+            format!("{}a\\b", f.prefix),
+            format!("{}nul\0", f.prefix),
+            "/absolute".to_owned(),
+            String::new(),
+        ];
+        for key in &bad {
+            let r = f.bucket.put(key, Bytes::from_static(b"x")).await;
+            ensure!(
+                matches!(r, Err(Error::InvalidKey { .. })),
+                "put {key:?}: {r:?}"
+            );
+            let r = f.bucket.put_if_absent(key, Bytes::from_static(b"x")).await;
+            ensure!(
+                matches!(r, Err(Error::InvalidKey { .. })),
+                "put_if_absent {key:?}: {r:?}"
+            );
+            ensure!(
+                matches!(f.bucket.get(key).await, Err(Error::InvalidKey { .. })),
+                "get {key:?}"
+            );
+        }
+        ensure!(
+            f.bucket.list(&f.prefix).await?.is_empty(),
+            "a refused key left an object"
+        );
+        Ok(())
+    }
+}
+
+macro_rules! backend_suite {
+    ($backend:ident) => {
+        mod $backend {
+            macro_rules! case {
+                ($case:ident) => {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $case() -> anyhow::Result<()> {
+                        if stringify!($backend) == "s3"
+                            && wasmkeep_testkit::s3_tests_skipped(stringify!($case))
+                        {
+                            return Ok(());
+                        }
+                        let fixture = super::fixtures::$backend(stringify!($case)).await?;
+                        super::cases::$case(&fixture).await
+                    }
+                };
+            }
+            case!(get_returns_what_put_wrote);
+            case!(head_reports_meta_without_body);
+            case!(missing_key_is_not_found);
+            case!(put_if_absent_conflicts_when_present);
+            case!(put_if_match_needs_the_current_etag);
+            case!(etag_changes_on_each_write);
+            case!(delete_removes_the_object);
+            case!(delete_if_match_needs_the_current_etag);
+            case!(list_is_sorted_and_limited_to_the_prefix);
+            case!(list_pages_through_more_than_one_page);
+            case!(racing_put_if_absent_has_one_winner);
+            case!(racing_put_if_match_has_one_winner);
+            case!(bad_keys_are_refused_and_nothing_is_written);
+        }
+    };
+}
+
+mod fixtures {
+    use super::*;
+
+    pub async fn memory(_test: &str) -> anyhow::Result<Fixture> {
+        Ok(Fixture {
+            bucket: Arc::new(wasmkeep_bucket::MemoryBucket::new()),
+            prefix: "t/".to_owned(),
+            _keep: Box::new(()),
+        })
+    }
+
+    pub async fn folder(_test: &str) -> anyhow::Result<Fixture> {
+        let dir = tempfile::tempdir()?;
+        let bucket = wasmkeep_bucket::FolderBucket::open(dir.path())?;
+        Ok(Fixture {
+            bucket: Arc::new(bucket),
+            prefix: "t/".to_owned(),
+            _keep: Box::new(dir),
+        })
+    }
+
+    pub async fn folder_per_file(_test: &str) -> anyhow::Result<Fixture> {
+        let dir = tempfile::tempdir()?;
+        let options = wasmkeep_bucket::FolderOptions {
+            sync_mode: wasmkeep_bucket::SyncMode::PerFile,
+        };
+        let bucket = wasmkeep_bucket::FolderBucket::open_with(dir.path(), options)?;
+        Ok(Fixture {
+            bucket: Arc::new(bucket),
+            prefix: "t/".to_owned(),
+            _keep: Box::new(dir),
+        })
+    }
+
+    /// Every S3 test gets its own prefix in the binary's shared SeaweedFS.
+    pub async fn s3(test: &str) -> anyhow::Result<Fixture> {
+        let server = tokio::task::spawn_blocking(wasmkeep_testkit::SeaweedFs::shared).await??;
+        let prefix = format!("conformance/{test}-{:016x}", rand::random::<u64>());
+        let bucket =
+            wasmkeep_bucket::S3Bucket::from_env_with(server.bucket(), &prefix, &server.env())?;
+        Ok(Fixture {
+            bucket: Arc::new(bucket),
+            prefix: "t/".to_owned(),
+            _keep: Box::new(()),
+        })
+    }
+}
+
+backend_suite!(memory);
+backend_suite!(folder);
+backend_suite!(folder_per_file);
+backend_suite!(s3);
+
+/// Child processes of the folder tests find their job here.
+const CHILD_ENV: &str = "WASMKEEP_BUCKET_TEST_CHILD";
+const CHILD_ROOT_ENV: &str = "WASMKEEP_BUCKET_TEST_ROOT";
+/// Processes racing in `folder_racing_processes_have_one_winner`.
+const RACING_PROCESSES: usize = 6;
+
+/// Not a test of its own: the body of a child process started by the folder
+/// tests below (does nothing when run directly).
+#[test]
+fn folder_child_process() -> anyhow::Result<()> {
+    let Ok(job) = std::env::var(CHILD_ENV) else {
+        return Ok(());
+    };
+    let root = std::path::PathBuf::from(std::env::var(CHILD_ROOT_ENV)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let bucket = wasmkeep_bucket::FolderBucket::open(&root)?;
+        match job.as_str() {
+            "race" => {
+                let base = bucket.head("race/match").await?;
+                eprintln!("READY");
+                // Start together: the parent closes our stdin when all children run.
+                tokio::task::spawn_blocking(|| {
+                    std::io::copy(&mut std::io::stdin(), &mut std::io::sink())
+                })
+                .await??;
+                let me = std::process::id();
+                let absent = bucket
+                    .put_if_absent("race/absent", Bytes::from(format!("{me}")))
+                    .await;
+                let matched = bucket
+                    .put_if_match("race/match", Bytes::from(format!("{me}")), &base.etag)
+                    .await;
+                let word = |r: &wasmkeep_bucket::Result<_>| match r {
+                    Ok(_) => "won".to_owned(),
+                    Err(Error::Conflict { .. }) => "lost".to_owned(),
+                    Err(e) => format!("error:{e}"),
+                };
+                eprintln!(
+                    "RESULT {me} absent={} match={}",
+                    word(&absent),
+                    word(&matched)
+                );
+            }
+            "overwrite" => {
+                // Rewrite one object forever with self-checking bodies until killed.
+                for i in 0u64.. {
+                    let fill = (i % 251) as u8;
+                    bucket
+                        .put("torn/object", Bytes::from(vec![fill; 1 << 20]))
+                        .await?;
+                    eprintln!("WROTE {i}");
+                }
+            }
+            other => anyhow::bail!("unknown child job {other}"),
+        }
+        anyhow::Ok(())
+    })
+}
+
+fn spawn_child(job: &str, root: &std::path::Path) -> anyhow::Result<std::process::Child> {
+    Ok(std::process::Command::new(std::env::current_exe()?)
+        .args([
+            "--exact",
+            "folder_child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, job)
+        .env(CHILD_ROOT_ENV, root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_racing_processes_have_one_winner() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let bucket = wasmkeep_bucket::FolderBucket::open(dir.path())?;
+    bucket
+        .put("race/match", Bytes::from_static(b"base"))
+        .await?;
+    let root = dir.path().to_owned();
+    let outputs = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
+        use std::io::BufRead;
+        let mut children = (0..RACING_PROCESSES)
+            .map(|_| spawn_child("race", &root))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        // Every child has read the base etag before any of them races.
+        let mut readers = Vec::new();
+        for child in &mut children {
+            let mut reader =
+                std::io::BufReader::new(child.stderr.take().context("stderr")?).lines();
+            loop {
+                let line = reader.next().context("child ended before READY")??;
+                if line == "READY" {
+                    break;
+                }
+            }
+            readers.push(reader);
+        }
+        for child in &mut children {
+            drop(child.stdin.take()); // go
+        }
+        let mut lines = Vec::new();
+        for (mut child, reader) in children.into_iter().zip(readers) {
+            let rest: Vec<String> = reader.collect::<Result<_, _>>()?;
+            ensure!(child.wait()?.success(), "child failed: {rest:?}");
+            lines.extend(rest.into_iter().filter(|l| l.starts_with("RESULT ")));
+        }
+        Ok(lines)
+    })
+    .await??;
+    ensure!(outputs.len() == RACING_PROCESSES, "results: {outputs:?}");
+    for (what, key) in [("absent=won", "race/absent"), ("match=won", "race/match")] {
+        let winners: Vec<&String> = outputs.iter().filter(|l| l.contains(what)).collect();
+        ensure!(winners.len() == 1, "{what}: {outputs:?}");
+        let pid = winners[0].split_whitespace().nth(1).context("pid")?;
+        ensure!(
+            bucket.get(key).await?.bytes == pid,
+            "{key} holds another body"
+        );
+    }
+    ensure!(outputs.iter().all(|l| !l.contains("error:")), "{outputs:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_object_is_whole_after_kill_9() -> anyhow::Result<()> {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut child = spawn_child("overwrite", &root)?;
+        let stderr = child.stderr.take().context("stderr")?;
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        // Kill it mid-stream, after a few complete writes.
+        let mut writes = 0;
+        while writes < 3 {
+            let line = lines.next().context("child ended early")??;
+            if line.starts_with("WROTE ") {
+                writes += 1;
+            }
+        }
+        child.kill()?; // SIGKILL
+        child.wait()?;
+        Ok(())
+    })
+    .await??;
+    let bucket = wasmkeep_bucket::FolderBucket::open(dir.path())?;
+    let object = bucket.get("torn/object").await?;
+    ensure!(
+        object.bytes.len() == 1 << 20,
+        "torn length {}",
+        object.bytes.len()
+    );
+    let fill = object.bytes[0];
+    ensure!(object.bytes.iter().all(|b| *b == fill), "torn body");
+    Ok(())
+}
