@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs the peer benchmark (the team's workerd harness, shared/bench/workerd)
+# against workerd and against `wasmkeep dev` in one run on this machine, both
+# durable, and prints both tables. Only ratios from one run count: the disk's
+# flush latency here varies 20x over an hour.
+#
+# Usage: bench/vs-workerd.sh [HARNESS_DIR]      (default: ../shared/bench/workerd)
+#   Knobs of the harness pass through (DUR, REPS, CONCS, S2_ACTORS, ...), e.g.
+#   DUR=3 REPS=1 S1_WARMUP=200 S2_ACTORS=300 S3_ACTORS=50 bench/vs-workerd.sh
+#   ONLY=wasmkeep or ONLY=workerd runs one side.
+#
+# The harness is copied to a writable folder (bench-results/harness) and set up
+# there once (./setup.sh: apt, npm, oha). For wasmkeep, the copy's server
+# start is replaced by `wasmkeep dev` on a folder bucket, its base URL gets the
+# tenant and class (/bench/counter), and "actor databases on disk" counts
+# actor folders in the bucket instead of *.sqlite files.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+SRC="${1:-$ROOT/../shared/bench/workerd}"
+WORK="$ROOT/bench-results"
+HARNESS="$WORK/harness"
+mkdir -p "$WORK"
+[ -d "$SRC" ] || { echo "no harness at $SRC" >&2; exit 1; }
+
+if [ ! -x "$HARNESS/tools/oha/bin/oha" ] || [ ! -d "$HARNESS/node_modules" ]; then
+  rm -rf "$HARNESS"
+  cp -r "$SRC" "$HARNESS"
+  chmod -R u+w "$HARNESS"
+  (cd "$HARNESS" && ./setup.sh)
+fi
+
+scripts_dir="$ROOT/scripts"
+"$scripts_dir/build-guests" >/dev/null
+(cd "$ROOT" && cargo build --release -j2 --bin wasmkeep)
+WASMKEEP="$ROOT/target/release/wasmkeep"
+
+# The wasmkeep variant of run.sh.
+python3 - "$HARNESS/run.sh" "$HARNESS/run-wasmkeep.sh" "$WASMKEEP" <<'PY'
+import sys
+src, dst, exe = sys.argv[1:4]
+s = open(src).read()
+def sub(old, new):
+    global s
+    if old not in s:
+        sys.exit(f"vs-workerd: the harness changed, cannot patch: {old!r}")
+    s = s.replace(old, new)
+sub('BASE="http://127.0.0.1:$PORT"', 'BASE="http://127.0.0.1:$PORT/bench/counter"')
+sub('''  local cmd=("$WORKERD" serve "$HERE/workerd/config.capnp"
+             --socket-addr "http=127.0.0.1:$PORT" --directory-path "do-storage=$DATA")''',
+    f'''  local cmd=("{exe}" dev --bucket "file://$DATA" --listen "127.0.0.1:$PORT" --data-dir "$DATA-node")''')
+sub('''actor_dbs() { find "$DATA" -name '*.sqlite' ! -name 'metadata.sqlite' | wc -l; }''',
+    '''actor_dbs() { find "$DATA/apps" -mindepth 5 -maxdepth 5 -type d -path '*/actors/*/*/*' 2>/dev/null | wc -l; }''')
+sub('if curl -s -o /dev/null --max-time 1 "$BASE/"', 'if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$PORT/"')
+open(dst, "w").write(s)
+PY
+chmod +x "$HARNESS/run-wasmkeep.sh"
+
+cd "$HARNESS"
+if [ "${ONLY:-}" != wasmkeep ]; then
+  echo "== workerd" >&2
+  ./run.sh 2>&1 | tee "$WORK/workerd.out" | grep -v '^\[' || true
+fi
+if [ "${ONLY:-}" != workerd ]; then
+  echo "== wasmkeep" >&2
+  ./run-wasmkeep.sh 2>&1 | tee "$WORK/wasmkeep.out" | grep -v '^\[' || true
+fi
+echo "results: $HARNESS/results/ (newest two runs); raw output in $WORK/*.out" >&2
