@@ -1,0 +1,274 @@
+//! The node's alarm timer: one task and a `BTreeMap` of due times for every
+//! alarm this node knows of (resident actors' committed alarms, retries of
+//! failed deliveries, and alarms the sweep found for actors nobody holds).
+//!
+//! The timer only says *when*; the actor's mailbox decides *whether*: it runs
+//! the alarm only if the committed alarm still equals the time that fired.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use tokio::sync::{Notify, watch};
+use wasmkeep_types::ActorId;
+
+/// One delivery the timer asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fire {
+    pub actor: ActorId,
+    /// The committed alarm time (what the guest set).
+    pub scheduled_ms: i64,
+    /// 0 on the first delivery.
+    pub retry_count: u32,
+}
+
+#[derive(Debug, Default)]
+struct TimerState {
+    due: BTreeMap<(i64, ActorId), Fire>,
+    by_actor: HashMap<ActorId, i64>,
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Delay before retry `retry_count + 1` of a failed alarm: `first * 2^retry_count`.
+pub fn retry_delay(first: Duration, retry_count: u32) -> Duration {
+    first.saturating_mul(1u32 << retry_count.min(20))
+}
+
+#[derive(Debug, Default)]
+pub struct AlarmTimer {
+    state: Mutex<TimerState>,
+    wake: Notify,
+}
+
+impl AlarmTimer {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Schedules `fire` at `due_ms`, replacing whatever the actor had.
+    pub fn set(&self, due_ms: i64, fire: Fire) {
+        let mut state = self.state.lock();
+        if let Some(old) = state.by_actor.remove(&fire.actor) {
+            state.due.remove(&(old, fire.actor.clone()));
+        }
+        state.by_actor.insert(fire.actor.clone(), due_ms);
+        state.due.insert((due_ms, fire.actor.clone()), fire);
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    /// Schedules the first delivery of a committed alarm unless the actor
+    /// already has an entry (a retry in progress keeps its backoff).
+    pub fn set_if_absent(&self, actor: ActorId, at_ms: i64) {
+        if self.state.lock().by_actor.contains_key(&actor) {
+            return;
+        }
+        self.set(
+            at_ms,
+            Fire {
+                actor,
+                scheduled_ms: at_ms,
+                retry_count: 0,
+            },
+        );
+    }
+
+    /// Makes the timer follow a committed alarm: schedules it (unless an
+    /// entry for the same time is already there) or forgets the actor.
+    pub fn follow(&self, actor: &ActorId, committed: Option<i64>) {
+        match committed {
+            Some(at_ms) => {
+                let same = {
+                    let state = self.state.lock();
+                    state
+                        .by_actor
+                        .get(actor)
+                        .and_then(|due| state.due.get(&(*due, actor.clone())))
+                        .is_some_and(|fire| fire.scheduled_ms == at_ms)
+                };
+                if !same {
+                    self.set(
+                        at_ms,
+                        Fire {
+                            actor: actor.clone(),
+                            scheduled_ms: at_ms,
+                            retry_count: 0,
+                        },
+                    );
+                }
+            }
+            None => self.clear(actor),
+        }
+    }
+
+    pub fn clear(&self, actor: &ActorId) {
+        let mut state = self.state.lock();
+        if let Some(old) = state.by_actor.remove(actor) {
+            state.due.remove(&(old, actor.clone()));
+        }
+    }
+
+    pub fn contains(&self, actor: &ActorId) -> bool {
+        self.state.lock().by_actor.contains_key(actor)
+    }
+
+    pub fn len(&self) -> usize {
+        self.state.lock().by_actor.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Removes and returns every entry due at `now_ms`, or the next due time.
+    fn take_due(&self, now_ms: i64) -> (Vec<Fire>, Option<i64>) {
+        let mut state = self.state.lock();
+        let mut fired = Vec::new();
+        while let Some(((due, _), _)) = state.due.first_key_value() {
+            if *due > now_ms {
+                return (fired, Some(*due));
+            }
+            let ((_, actor), fire) = state.due.pop_first().expect("first entry exists");
+            state.by_actor.remove(&actor);
+            fired.push(fire);
+        }
+        (fired, None)
+    }
+
+    /// The timer task: calls `deliver` for each due alarm until `shutdown`.
+    pub async fn run(
+        self: Arc<Self>,
+        deliver: impl Fn(Fire) + Send + 'static,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        /// Longest sleep without re-checking the clock (wall-clock jumps).
+        const SLEEP_MAX: Duration = Duration::from_secs(1);
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            let (fired, next) = self.take_due(now_ms());
+            for fire in fired {
+                deliver(fire);
+            }
+            let sleep = next
+                .map(|due| Duration::from_millis(u64::try_from(due - now_ms()).unwrap_or(0)))
+                .unwrap_or(SLEEP_MAX)
+                .min(SLEEP_MAX);
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = self.wake.notified() => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn actor(name: &str) -> ActorId {
+        ActorId::parse(&format!("t/c/{name}")).expect("valid")
+    }
+
+    #[test]
+    fn backoff_doubles_from_the_first_delay() {
+        let first = Duration::from_secs(2);
+        assert_eq!(retry_delay(first, 0), Duration::from_secs(2));
+        assert_eq!(retry_delay(first, 1), Duration::from_secs(4));
+        assert_eq!(retry_delay(first, 5), Duration::from_secs(64));
+    }
+
+    #[test]
+    fn due_entries_come_out_in_time_order_and_once() {
+        let timer = AlarmTimer::new();
+        timer.set(
+            30,
+            Fire {
+                actor: actor("b"),
+                scheduled_ms: 30,
+                retry_count: 0,
+            },
+        );
+        timer.set(
+            10,
+            Fire {
+                actor: actor("a"),
+                scheduled_ms: 10,
+                retry_count: 0,
+            },
+        );
+        timer.set(
+            50,
+            Fire {
+                actor: actor("c"),
+                scheduled_ms: 50,
+                retry_count: 0,
+            },
+        );
+        let (fired, next) = timer.take_due(40);
+        assert_eq!(
+            fired
+                .iter()
+                .map(|f| f.actor.name().to_owned())
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(next, Some(50));
+        assert!(timer.take_due(40).0.is_empty());
+    }
+
+    #[test]
+    fn set_replaces_and_follow_clears() {
+        let timer = AlarmTimer::new();
+        timer.follow(&actor("a"), Some(100));
+        timer.follow(&actor("a"), Some(20));
+        assert_eq!(timer.len(), 1);
+        assert_eq!(timer.take_due(25).0.len(), 1);
+        timer.follow(&actor("a"), Some(100));
+        timer.follow(&actor("a"), None);
+        assert!(timer.is_empty());
+        timer.set(
+            5,
+            Fire {
+                actor: actor("a"),
+                scheduled_ms: 1,
+                retry_count: 2,
+            },
+        );
+        timer.set_if_absent(actor("a"), 1);
+        assert_eq!(timer.take_due(5).0[0].retry_count, 2);
+    }
+
+    #[tokio::test]
+    async fn run_delivers_a_due_alarm() {
+        let timer = AlarmTimer::new();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (_stop, shutdown) = watch::channel(false);
+        tokio::spawn(Arc::clone(&timer).run(
+            move |fire| {
+                let _ = tx.send(fire);
+            },
+            shutdown,
+        ));
+        timer.set(
+            now_ms() + 20,
+            Fire {
+                actor: actor("a"),
+                scheduled_ms: 7,
+                retry_count: 0,
+            },
+        );
+        let fire = rx.recv().await.expect("delivered");
+        assert_eq!(fire.scheduled_ms, 7);
+    }
+}

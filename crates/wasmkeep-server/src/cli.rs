@@ -1,0 +1,670 @@
+//! The `wasmkeep` command line: `dev`, `serve` and `deploy`. Every flag can
+//! also come from an environment variable `WASMKEEP_<FLAG>` or from a TOML
+//! file given with `--config` (flag > environment > file > default).
+//! Data goes to stdout, everything else to stderr.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use wasmkeep_bucket::Bucket;
+use wasmkeep_runtime::{Runtime, RuntimeConfig};
+use wasmkeep_types::{AppName, ClassName, Keys, NodeId};
+
+use crate::{NodeConfig, classes, http, node::Node};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "wasmkeep",
+    version,
+    about = "Durable actors as WebAssembly components, kept in one bucket."
+)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, env = "WASMKEEP_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// One node with a bucket in a local folder; deploys the given
+    /// components (CLASS=path.wasm), or the bundled examples.
+    Dev(DevArgs),
+    /// One cluster node.
+    Serve(ServeArgs),
+    /// Validates a component and makes it the class's current version.
+    Deploy(DeployArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Components to deploy, as CLASS=path.wasm.
+    pub components: Vec<String>,
+    /// Where the bundled example components are (default: target/wasm next
+    /// to this executable's directory).
+    #[arg(long, env = "WASMKEEP_GUESTS_DIR")]
+    pub guests_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// Flags of a node (`serve`, and `dev` with other defaults).
+#[derive(Debug, Args, Default)]
+pub struct NodeArgs {
+    /// TOML file with any of these flags as keys (e.g. `idle-timeout = "30s"`).
+    #[arg(long, env = "WASMKEEP_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// file:///path, s3://bucket/prefix or memory://.
+    #[arg(long, env = "WASMKEEP_BUCKET")]
+    pub bucket: Option<String>,
+    /// The app whose classes and actors this node serves (default `default`).
+    #[arg(long, env = "WASMKEEP_APP")]
+    pub app: Option<String>,
+    /// This node's stable id (default: the host name; `dev` for `wasmkeep dev`).
+    #[arg(long, env = "WASMKEEP_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Address to listen on, e.g. 127.0.0.1:8787.
+    #[arg(long, env = "WASMKEEP_LISTEN")]
+    pub listen: Option<String>,
+    /// URL other nodes use to reach this one.
+    #[arg(long, env = "WASMKEEP_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Classes served, comma-separated (default: all).
+    #[arg(long, env = "WASMKEEP_CLASSES")]
+    pub classes: Option<String>,
+    /// Heartbeat (and class poll) period, e.g. 3s.
+    #[arg(long, env = "WASMKEEP_HEARTBEAT")]
+    pub heartbeat: Option<String>,
+    /// How long a node lease lasts without renewal (used by the cluster).
+    #[arg(long, env = "WASMKEEP_LEASE_TTL")]
+    pub lease_ttl: Option<String>,
+    /// An actor with no event and no socket for this long hibernates.
+    #[arg(long, env = "WASMKEEP_IDLE_TIMEOUT")]
+    pub idle_timeout: Option<String>,
+    /// Resident actors at most (least recently used idle ones hibernate).
+    #[arg(long, env = "WASMKEEP_MAX_ACTORS")]
+    pub max_actors: Option<String>,
+    /// Period of the scan for due alarms of actors nobody holds.
+    #[arg(long, env = "WASMKEEP_ALARM_SWEEP")]
+    pub alarm_sweep: Option<String>,
+    /// Local scratch directory (compiled-component cache).
+    #[arg(long, env = "WASMKEEP_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Longest one event may run before the guest is stopped (default 30s).
+    #[arg(long, env = "WASMKEEP_EVENT_TIME_MAX")]
+    pub event_time_max: Option<String>,
+    /// Largest request body (default 32 MiB).
+    #[arg(long, env = "WASMKEEP_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<String>,
+    /// Events waiting in one actor's mailbox before 503 (default 1024).
+    #[arg(long, env = "WASMKEEP_MAX_MAILBOX_EVENTS")]
+    pub max_mailbox_events: Option<String>,
+    /// Largest WebSocket message from a client (default 1 MiB).
+    #[arg(long, env = "WASMKEEP_MAX_SOCKET_MESSAGE_BYTES")]
+    pub max_socket_message_bytes: Option<String>,
+    /// Open WebSockets per actor (default 1000).
+    #[arg(long, env = "WASMKEEP_MAX_SOCKETS_PER_ACTOR")]
+    pub max_sockets_per_actor: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    pub class: String,
+    pub file: PathBuf,
+    #[arg(long, env = "WASMKEEP_BUCKET")]
+    pub bucket: String,
+    #[arg(long, env = "WASMKEEP_APP", default_value = "default")]
+    pub app: String,
+    #[arg(long, env = "WASMKEEP_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Parses `250ms`, `3s`, `2m`, `1h`; a bare number is seconds.
+pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .with_context(|| format!("duration {text:?} does not start with a number"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => bail!("duration {text:?}: unknown unit {other:?} (use ms, s, m or h)"),
+    };
+    if !seconds.is_finite() || seconds < 0.0 {
+        bail!("duration {text:?} is out of range");
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Values from the `--config` file, keyed by flag name with `_` for `-`.
+#[derive(Debug, Default)]
+struct FileConfig(BTreeMap<String, String>);
+
+impl FileConfig {
+    fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        let Some(path) = path else {
+            return Ok(Self::default());
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        let table: toml::Table = toml::from_str(&text)
+            .with_context(|| format!("parsing config file {}", path.display()))?;
+        let mut values = BTreeMap::new();
+        for (key, value) in table {
+            let text = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                toml::Value::Array(items) => items
+                    .iter()
+                    .map(|v| {
+                        v.as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| v.to_string())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => bail!("config key {key}: unsupported value {other}"),
+            };
+            values.insert(key.replace('-', "_"), text);
+        }
+        Ok(Self(values))
+    }
+
+    fn pick(&self, flag: Option<&String>, key: &str) -> Option<String> {
+        flag.cloned().or_else(|| self.0.get(key).cloned())
+    }
+}
+
+/// Defaults that differ between `dev` and `serve`.
+struct Defaults {
+    bucket: Option<String>,
+    node_id: String,
+    listen: &'static str,
+}
+
+fn default_data_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("wasmkeep")
+}
+
+fn default_node_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let cleaned: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if NodeId::new(cleaned.clone()).is_ok() {
+        cleaned
+    } else {
+        "node-1".to_owned()
+    }
+}
+
+/// Builds the node configuration and the bucket URL from flags, env and file.
+fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfig, String)> {
+    let file = FileConfig::load(args.config.as_deref())?;
+    let bucket = file
+        .pick(args.bucket.as_ref(), "bucket")
+        .or(defaults.bucket)
+        .ok_or_else(|| anyhow!("--bucket (or WASMKEEP_BUCKET) is required: file:///path, s3://bucket/prefix or memory://"))?;
+    let app = AppName::new(
+        file.pick(args.app.as_ref(), "app")
+            .unwrap_or_else(|| "default".into()),
+    )?;
+    let node_id = NodeId::new(
+        file.pick(args.node_id.as_ref(), "node_id")
+            .unwrap_or(defaults.node_id),
+    )?;
+    let listen_text = file
+        .pick(args.listen.as_ref(), "listen")
+        .unwrap_or_else(|| defaults.listen.into());
+    let listen: SocketAddr = listen_text.parse().with_context(|| {
+        format!("--listen {listen_text:?} is not an address like 127.0.0.1:8787")
+    })?;
+    let data_dir = args
+        .data_dir
+        .clone()
+        .or_else(|| file.0.get("data_dir").map(PathBuf::from))
+        .unwrap_or_else(default_data_dir);
+    let mut config = NodeConfig::new(app, node_id, listen, data_dir);
+    config.advertise = file.pick(args.advertise.as_ref(), "advertise");
+    if let Some(list) = file.pick(args.classes.as_ref(), "classes") {
+        let list = list.trim();
+        if !list.is_empty() && list != "*" {
+            let classes = list
+                .split(',')
+                .map(|c| ClassName::new(c.trim()))
+                .collect::<Result<Vec<_>, _>>()?;
+            config.classes = Some(classes);
+        }
+    }
+    let duration =
+        |flag: Option<&String>, key: &str, target: &mut Duration| -> anyhow::Result<()> {
+            if let Some(text) = file.pick(flag, key) {
+                *target = parse_duration(&text)
+                    .with_context(|| format!("--{}", key.replace('_', "-")))?;
+            }
+            Ok(())
+        };
+    duration(
+        args.heartbeat.as_ref(),
+        "heartbeat",
+        &mut config.heartbeat_period,
+    )?;
+    duration(args.lease_ttl.as_ref(), "lease_ttl", &mut config.lease_ttl)?;
+    duration(
+        args.idle_timeout.as_ref(),
+        "idle_timeout",
+        &mut config.idle_timeout,
+    )?;
+    duration(
+        args.alarm_sweep.as_ref(),
+        "alarm_sweep",
+        &mut config.alarm_sweep_period,
+    )?;
+    duration(
+        args.event_time_max.as_ref(),
+        "event_time_max",
+        &mut config.limits.event_time_max,
+    )?;
+    let count = |flag: Option<&String>, key: &str, target: &mut usize| -> anyhow::Result<()> {
+        if let Some(text) = file.pick(flag, key) {
+            let flag_name = key.replace('_', "-");
+            *target = text
+                .trim()
+                .parse()
+                .with_context(|| format!("--{flag_name} {text:?} is not a number"))?;
+            if *target == 0 {
+                bail!("--{flag_name} must be at least 1");
+            }
+        }
+        Ok(())
+    };
+    count(
+        args.max_actors.as_ref(),
+        "max_actors",
+        &mut config.actors_max,
+    )?;
+    let limits = &mut config.limits;
+    count(
+        args.max_body_bytes.as_ref(),
+        "max_body_bytes",
+        &mut limits.body_bytes_max,
+    )?;
+    count(
+        args.max_mailbox_events.as_ref(),
+        "max_mailbox_events",
+        &mut limits.mailbox_events_max,
+    )?;
+    count(
+        args.max_socket_message_bytes.as_ref(),
+        "max_socket_message_bytes",
+        &mut limits.socket_message_bytes_max,
+    )?;
+    count(
+        args.max_sockets_per_actor.as_ref(),
+        "max_sockets_per_actor",
+        &mut limits.sockets_per_actor_max,
+    )?;
+    if config.heartbeat_period.is_zero()
+        || config.alarm_sweep_period.is_zero()
+        || config.idle_timeout.is_zero()
+    {
+        bail!("--heartbeat, --alarm-sweep and --idle-timeout must be longer than zero");
+    }
+    Ok((config, bucket))
+}
+
+/// Opens a bucket URL: `file:///abs/path`, `memory://`, `s3://bucket/prefix`.
+pub async fn open_bucket(url: &str) -> anyhow::Result<Arc<dyn Bucket>> {
+    Ok(wasmkeep_bucket::open(url).await?)
+}
+
+fn runtime_for(config: &NodeConfig) -> anyhow::Result<Runtime> {
+    let runtime_config = RuntimeConfig {
+        cache_dir: Some(config.data_dir.join("components")),
+        instances_max: u32::try_from(config.actors_max + 64).unwrap_or(u32::MAX),
+        event_time_max: config.limits.event_time_max,
+        ..RuntimeConfig::default()
+    };
+    Ok(Runtime::new(runtime_config)?)
+}
+
+pub fn init_logging(format: Option<LogFormat>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,wasmtime=warn,cranelift=warn")
+    });
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match format.unwrap_or(LogFormat::Text) {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Runs the parsed command line; returns the process exit code.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Dev(args) => dev(args).await,
+        Command::Serve(args) => serve(args).await,
+        Command::Deploy(args) => deploy(args).await,
+    }
+}
+
+async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
+    let class = ClassName::new(args.class)?;
+    let app = AppName::new(args.app)?;
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let bucket = open_bucket(&args.bucket).await?;
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(
+            args.data_dir
+                .unwrap_or_else(default_data_dir)
+                .join("components"),
+        ),
+        instances_max: 1,
+        ..RuntimeConfig::default()
+    })?;
+    let digest = classes::deploy(&*bucket, &Keys::new(&app), &class, bytes, &runtime).await?;
+    write_stdout(&format!("{class} {digest}\n"));
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)] // stdout is for data; this is the one place that writes it.
+fn write_stdout(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+/// Finds the bundled examples: `--guests-dir`, else `<exe dir>/../wasm`.
+fn bundled_components(guests_dir: Option<&Path>) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    let dir = match guests_dir {
+        Some(dir) => dir.to_path_buf(),
+        None => {
+            let exe = std::env::current_exe().context("locating this executable")?;
+            exe.parent()
+                .and_then(Path::parent)
+                .map(|target| target.join("wasm"))
+                .ok_or_else(|| anyhow!("cannot locate target/wasm from {}", exe.display()))?
+        }
+    };
+    let mut found = Vec::new();
+    for class in ["counter", "chat"] {
+        let path = dir.join(format!("{class}.wasm"));
+        if !path.is_file() {
+            bail!(
+                "the bundled example {} is missing: run scripts/build-guests (or pass CLASS=path.wasm, or --guests-dir DIR)",
+                path.display()
+            );
+        }
+        found.push((class.to_owned(), path));
+    }
+    Ok(found)
+}
+
+async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let default_bucket = format!("file://{}", cwd.join(".wasmkeep").display());
+    let (config, bucket_url) = node_config(
+        &args.node,
+        Defaults {
+            bucket: Some(default_bucket),
+            node_id: "dev".into(),
+            listen: "127.0.0.1:8787",
+        },
+    )?;
+    let components = if args.components.is_empty() {
+        bundled_components(args.guests_dir.as_deref())?
+    } else {
+        args.components
+            .iter()
+            .map(|spec| {
+                let (class, path) = spec
+                    .split_once('=')
+                    .ok_or_else(|| anyhow!("component {spec:?}: write CLASS=path.wasm"))?;
+                Ok((class.to_owned(), PathBuf::from(path)))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?
+    };
+    let bucket = open_bucket(&bucket_url).await?;
+    let runtime = runtime_for(&config)?;
+    let keys = Keys::new(&config.app);
+    let mut classes_deployed = Vec::new();
+    for (class, path) in components {
+        let class = ClassName::new(class)?;
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let digest = classes::deploy(&*bucket, &keys, &class, bytes, &runtime)
+            .await
+            .with_context(|| format!("deploying {}", path.display()))?;
+        tracing::info!(%class, %digest, path = %path.display(), "deployed");
+        classes_deployed.push(class);
+    }
+    let listen = config.listen;
+    let bucket_note = bucket_url.clone();
+    serve_node(config, bucket, runtime, move |addr| {
+        let mut text =
+            format!("wasmkeep dev: serving on http://{addr} (bucket {bucket_note})\nTry:\n");
+        for class in &classes_deployed {
+            match class.as_str() {
+                "counter" => {
+                    text.push_str(&format!(
+                        "  curl -X POST http://{addr}/demo/counter/alice/increment\n"
+                    ));
+                    text.push_str(&format!("  curl http://{addr}/demo/counter/alice/value\n"));
+                }
+                "chat" => {
+                    text.push_str(&format!(
+                        "  curl -X POST 'http://{addr}/demo/chat/lobby/post?user=ann' -d hello\n"
+                    ));
+                    text.push_str(&format!("  curl http://{addr}/demo/chat/lobby/history\n"));
+                }
+                other => text.push_str(&format!("  curl http://{addr}/demo/{other}/some-name/\n")),
+            }
+        }
+        text.push_str(&format!("  curl http://{addr}/_wasmkeep/metrics\n"));
+        write_stdout(&text);
+    })
+    .await
+    .with_context(|| format!("serving on {listen}"))
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let (config, bucket_url) = node_config(
+        &args.node,
+        Defaults {
+            bucket: None,
+            node_id: default_node_id(),
+            listen: "127.0.0.1:8787",
+        },
+    )?;
+    let bucket = open_bucket(&bucket_url).await?;
+    let runtime = runtime_for(&config)?;
+    serve_node(config, bucket, runtime, |addr| {
+        tracing::info!(%addr, "serving");
+    })
+    .await
+}
+
+/// Starts the node and its HTTP front, and runs until SIGTERM or SIGINT.
+async fn serve_node(
+    config: NodeConfig,
+    bucket: Arc<dyn Bucket>,
+    runtime: Runtime,
+    on_ready: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    let grace = config.limits.shutdown_grace;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let node = Node::start(config, bucket, runtime).await?;
+    let server = tokio::spawn(http::serve(
+        Arc::clone(&node),
+        listener,
+        node.shutdown_rx(),
+        grace,
+    ));
+    eprintln!("wasmkeep: listening on http://{addr}");
+    on_ready(addr);
+    wait_for_signal().await?;
+    tracing::info!("shutting down: finishing events, closing sockets, releasing actors");
+    node.shutdown(grace).await;
+    let _ = server.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        result = tokio::signal::ctrl_c() => result?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("3s").expect("3s"), Duration::from_secs(3));
+        assert_eq!(
+            parse_duration("250ms").expect("ms"),
+            Duration::from_millis(250)
+        );
+        assert_eq!(parse_duration("2m").expect("m"), Duration::from_secs(120));
+        assert_eq!(parse_duration("5").expect("bare"), Duration::from_secs(5));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("3 weeks").is_err());
+    }
+
+    #[test]
+    fn config_file_fills_what_flags_leave_out() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, "bucket = \"memory://\"\nidle-timeout = \"5s\"\nmax_actors = 7\nclasses = [\"counter\", \"chat\"]\n").expect("write");
+        let args = NodeArgs {
+            config: Some(path),
+            idle_timeout: Some("9s".into()),
+            ..NodeArgs::default()
+        };
+        let (config, bucket) = node_config(
+            &args,
+            Defaults {
+                bucket: None,
+                node_id: "n1".into(),
+                listen: "127.0.0.1:0",
+            },
+        )
+        .expect("config");
+        assert_eq!(bucket, "memory://");
+        assert_eq!(
+            config.idle_timeout,
+            Duration::from_secs(9),
+            "the flag wins over the file"
+        );
+        assert_eq!(config.actors_max, 7);
+        assert_eq!(config.classes.as_ref().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        let base = || NodeArgs {
+            bucket: Some("memory://".into()),
+            ..NodeArgs::default()
+        };
+        let d = || Defaults {
+            bucket: None,
+            node_id: "n1".into(),
+            listen: "127.0.0.1:0",
+        };
+        assert!(
+            node_config(
+                &NodeArgs {
+                    listen: Some("nowhere".into()),
+                    ..base()
+                },
+                d()
+            )
+            .is_err()
+        );
+        assert!(
+            node_config(
+                &NodeArgs {
+                    max_actors: Some("0".into()),
+                    ..base()
+                },
+                d()
+            )
+            .is_err()
+        );
+        assert!(
+            node_config(
+                &NodeArgs {
+                    node_id: Some("Bad Id".into()),
+                    ..base()
+                },
+                d()
+            )
+            .is_err()
+        );
+        assert!(
+            node_config(
+                &NodeArgs {
+                    classes: Some("ok,Not-ok".into()),
+                    ..base()
+                },
+                d()
+            )
+            .is_err()
+        );
+        assert!(node_config(&NodeArgs::default(), d()).is_err(), "no bucket");
+    }
+}

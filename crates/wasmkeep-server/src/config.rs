@@ -1,0 +1,100 @@
+//! The node's configuration: names, periods and the limits on everything
+//! a client or a guest can make the node hold.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use wasmkeep_types::{AppName, ClassName, NodeId};
+
+/// Limits on what clients and guests can make the node hold.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request body read from a client.
+    pub body_bytes_max: usize,
+    /// Events waiting in one actor's mailbox; a full mailbox answers 503.
+    pub mailbox_events_max: usize,
+    /// Largest WebSocket message accepted from a client.
+    pub socket_message_bytes_max: usize,
+    /// Open WebSockets per actor.
+    pub sockets_per_actor_max: usize,
+    /// Messages waiting to be written to one WebSocket; a slower client is closed.
+    pub socket_outbox_messages_max: usize,
+    /// Longest socket tag.
+    pub socket_tag_bytes_max: usize,
+    /// Longest chain of actor-to-actor calls.
+    pub call_depth_max: usize,
+    /// Retries of a failing alarm before it is given up.
+    pub alarm_retries_max: u32,
+    /// Delay before the first alarm retry; doubles each time.
+    pub alarm_retry_backoff_first: Duration,
+    /// Time the node waits for in-flight requests at shutdown.
+    pub shutdown_grace: Duration,
+    /// Longest one event may run (the runtime stops the guest after it).
+    pub event_time_max: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            body_bytes_max: 32 * 1024 * 1024,
+            mailbox_events_max: 1024,
+            socket_message_bytes_max: 1024 * 1024,
+            sockets_per_actor_max: 1000,
+            socket_outbox_messages_max: 1024,
+            socket_tag_bytes_max: 256,
+            call_depth_max: 8,
+            alarm_retries_max: 6,
+            alarm_retry_backoff_first: Duration::from_secs(2),
+            shutdown_grace: Duration::from_secs(30),
+            event_time_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Everything a node needs to know at start.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub app: AppName,
+    pub node_id: NodeId,
+    pub listen: SocketAddr,
+    pub advertise: Option<String>,
+    /// Classes this node serves; `None` means every deployed class.
+    pub classes: Option<Vec<ClassName>>,
+    pub heartbeat_period: Duration,
+    pub lease_ttl: Duration,
+    /// A resident actor with no event and no open socket for this long hibernates.
+    pub idle_timeout: Duration,
+    /// Resident actors at most; beyond it the least recently used idle actor hibernates.
+    pub actors_max: usize,
+    pub alarm_sweep_period: Duration,
+    /// Local scratch: the compiled-component cache.
+    pub data_dir: PathBuf,
+    pub limits: Limits,
+}
+
+impl NodeConfig {
+    /// A configuration with the defaults of DESIGN.md.
+    pub fn new(app: AppName, node_id: NodeId, listen: SocketAddr, data_dir: PathBuf) -> Self {
+        Self {
+            app,
+            node_id,
+            listen,
+            advertise: None,
+            classes: None,
+            heartbeat_period: Duration::from_secs(3),
+            lease_ttl: Duration::from_secs(15),
+            idle_timeout: Duration::from_secs(30),
+            actors_max: 1000,
+            alarm_sweep_period: Duration::from_secs(30),
+            data_dir,
+            limits: Limits::default(),
+        }
+    }
+
+    pub fn serves_class(&self, class: &ClassName) -> bool {
+        self.classes
+            .as_ref()
+            .is_none_or(|list| list.contains(class))
+    }
+}

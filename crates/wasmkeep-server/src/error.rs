@@ -1,0 +1,134 @@
+//! The server's one error type, and how each error looks to an HTTP client
+//! (status, a stable `code`, and a JSON body).
+
+/// What went wrong while serving a request, an event or a command.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A tenant, class or actor name in the path does not follow the rules.
+    #[error("{0}")]
+    InvalidName(#[from] wasmkeep_types::Error),
+    /// The path is not an actor path nor a `/_wasmkeep/` endpoint.
+    #[error("no route for {0}")]
+    NoRoute(String),
+    /// No component is deployed for this class (or this node does not serve it).
+    #[error("unknown class {0:?}")]
+    UnknownClass(String),
+    /// The request body is larger than the node accepts.
+    #[error("request body larger than {limit_bytes} bytes")]
+    BodyTooLarge { limit_bytes: usize },
+    /// The request is malformed in another way (headers, upgrade, body).
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The guest trapped, ran out of time or memory during this event.
+    #[error("the actor failed on this event: {0}")]
+    Guest(String),
+    /// The request cannot be served now; the client should retry after the delay.
+    #[error("unavailable: {reason}")]
+    Unavailable { reason: String, retry_after_s: u32 },
+    /// An actor-to-actor call was refused (cycle, depth, other tenant).
+    #[error("call refused: {0}")]
+    Call(String),
+    /// A component was refused at deploy time.
+    #[error("component refused: {0}")]
+    Component(String),
+    #[error("bucket: {0}")]
+    Bucket(#[from] wasmkeep_bucket::Error),
+    /// The actor's database failed (fenced, corrupt, bucket down).
+    #[error("store: {0}")]
+    Store(String),
+    /// The wasm runtime failed outside of one event.
+    #[error("runtime: {0}")]
+    Runtime(String),
+    /// Configuration or command-line input is wrong.
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Seconds a client is asked to wait before retrying a `503`.
+pub const RETRY_AFTER_DEFAULT_S: u32 = 1;
+
+impl Error {
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        Error::Unavailable {
+            reason: reason.into(),
+            retry_after_s: RETRY_AFTER_DEFAULT_S,
+        }
+    }
+
+    /// The HTTP status this error answers with.
+    pub fn status(&self) -> u16 {
+        match self {
+            Error::InvalidName(_) | Error::BadRequest(_) | Error::Component(_) => 400,
+            Error::NoRoute(_) | Error::UnknownClass(_) => 404,
+            Error::BodyTooLarge { .. } => 413,
+            Error::Call(_) => 508,
+            Error::Guest(_) => 500,
+            Error::Unavailable { .. } | Error::Bucket(_) | Error::Store(_) => 503,
+            Error::Runtime(_) | Error::Config(_) | Error::Io(_) => 500,
+        }
+    }
+
+    /// A stable machine-readable word for the error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidName(_) => "invalid_name",
+            Error::NoRoute(_) => "no_route",
+            Error::UnknownClass(_) => "unknown_class",
+            Error::BodyTooLarge { .. } => "body_too_large",
+            Error::BadRequest(_) => "bad_request",
+            Error::Guest(_) => "guest_failed",
+            Error::Unavailable { .. } | Error::Bucket(_) | Error::Store(_) => "unavailable",
+            Error::Call(_) => "call_refused",
+            Error::Component(_) => "component_refused",
+            Error::Runtime(_) => "runtime",
+            Error::Config(_) => "config",
+            Error::Io(_) => "io",
+        }
+    }
+
+    /// Seconds for the `Retry-After` header, when the status is `503`.
+    pub fn retry_after_s(&self) -> Option<u32> {
+        match self {
+            Error::Unavailable { retry_after_s, .. } => Some(*retry_after_s),
+            Error::Bucket(_) | Error::Store(_) => Some(RETRY_AFTER_DEFAULT_S),
+            _ => None,
+        }
+    }
+
+    /// `{"error": "...", "code": "..."}`.
+    pub fn json_body(&self) -> String {
+        serde_json::json!({ "error": self.to_string(), "code": self.code() }).to_string()
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailable_is_503_with_retry_after() {
+        let e = Error::unavailable("mailbox full");
+        assert_eq!(e.status(), 503);
+        assert_eq!(e.retry_after_s(), Some(1));
+        let body: serde_json::Value = serde_json::from_str(&e.json_body()).expect("json");
+        assert_eq!(body["code"], "unavailable");
+        assert!(
+            body["error"]
+                .as_str()
+                .expect("string")
+                .contains("mailbox full")
+        );
+    }
+
+    #[test]
+    fn statuses_fit_the_error() {
+        assert_eq!(Error::UnknownClass("x".into()).status(), 404);
+        assert_eq!(Error::BodyTooLarge { limit_bytes: 1 }.status(), 413);
+        assert_eq!(Error::Guest("trap".into()).status(), 500);
+        assert_eq!(Error::Guest("trap".into()).retry_after_s(), None);
+    }
+}

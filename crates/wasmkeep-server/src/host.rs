@@ -1,0 +1,248 @@
+//! The node's [`ActorHost`]: what a guest reaches from inside an event —
+//! its database (through the actor's store), its alarm, its sockets, calls
+//! to other actors, and logging. One per resident actor, owned by its
+//! instance and reached by the mailbox through `as_any`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use wasmkeep_runtime::{ActorHost, LogLevel, Message, Request, Response, SqlRows, SqlValue};
+use wasmkeep_store::ActorStore;
+use wasmkeep_types::{ActorId, ClassName};
+
+use crate::node::Node;
+
+/// Something to write to one WebSocket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outgoing {
+    Message(Message),
+    Close(u16, String),
+}
+
+/// One open WebSocket of an actor.
+#[derive(Debug)]
+pub struct SocketEntry {
+    pub tx: mpsc::Sender<Outgoing>,
+    pub tag: Option<String>,
+}
+
+/// An actor's open WebSockets, shared by its host (guest calls) and the
+/// sockets' tasks (which add and remove themselves).
+#[derive(Debug, Default)]
+pub struct SocketTable {
+    pub sockets: BTreeMap<u64, SocketEntry>,
+}
+
+pub type SharedSockets = Arc<Mutex<SocketTable>>;
+
+pub struct NodeHost {
+    node: Arc<Node>,
+    actor: ActorId,
+    pub(crate) store: ActorStore,
+    sockets: SharedSockets,
+    /// The actors whose events wait on this one, this actor last.
+    pub(crate) chain: Vec<ActorId>,
+    /// Socket writes of the current event, held until its output gate opens.
+    pub(crate) outbox: Vec<(u64, Outgoing)>,
+}
+
+impl NodeHost {
+    pub fn new(node: Arc<Node>, actor: ActorId, store: ActorStore, sockets: SharedSockets) -> Self {
+        Self {
+            node,
+            actor,
+            store,
+            sockets,
+            chain: Vec::new(),
+            outbox: Vec::new(),
+        }
+    }
+
+    fn check_socket(&self, id: u64) -> Result<(), String> {
+        if self.sockets.lock().sockets.contains_key(&id) {
+            Ok(())
+        } else {
+            Err(format!("no open socket {id}"))
+        }
+    }
+}
+
+fn to_store(value: SqlValue) -> wasmkeep_store::SqlValue {
+    match value {
+        SqlValue::Null => wasmkeep_store::SqlValue::Null,
+        SqlValue::Integer(i) => wasmkeep_store::SqlValue::Integer(i),
+        SqlValue::Real(r) => wasmkeep_store::SqlValue::Real(r),
+        SqlValue::Text(t) => wasmkeep_store::SqlValue::Text(t),
+        SqlValue::Blob(b) => wasmkeep_store::SqlValue::Blob(b),
+    }
+}
+
+fn from_store(value: wasmkeep_store::SqlValue) -> SqlValue {
+    match value {
+        wasmkeep_store::SqlValue::Null => SqlValue::Null,
+        wasmkeep_store::SqlValue::Integer(i) => SqlValue::Integer(i),
+        wasmkeep_store::SqlValue::Real(r) => SqlValue::Real(r),
+        wasmkeep_store::SqlValue::Text(t) => SqlValue::Text(t),
+        wasmkeep_store::SqlValue::Blob(b) => SqlValue::Blob(b),
+    }
+}
+
+/// Removes marker headers (`x-wasmkeep-*`) that only nodes may set.
+pub fn strip_markers(headers: &mut Vec<(String, String)>) {
+    headers.retain(|(name, _)| !name.to_ascii_lowercase().starts_with("x-wasmkeep-"));
+}
+
+#[async_trait::async_trait]
+impl ActorHost for NodeHost {
+    fn sql_execute(&mut self, statement: &str, params: Vec<SqlValue>) -> Result<u64, String> {
+        let params: Vec<_> = params.into_iter().map(to_store).collect();
+        self.store
+            .execute(statement, &params)
+            .map_err(|e| e.to_string())
+    }
+
+    fn sql_query(&mut self, statement: &str, params: Vec<SqlValue>) -> Result<SqlRows, String> {
+        let params: Vec<_> = params.into_iter().map(to_store).collect();
+        let rows = self
+            .store
+            .query(statement, &params)
+            .map_err(|e| e.to_string())?;
+        Ok(SqlRows {
+            columns: rows.columns,
+            rows: rows
+                .rows
+                .into_iter()
+                .map(|row| row.into_iter().map(from_store).collect())
+                .collect(),
+        })
+    }
+
+    fn alarm_get(&mut self) -> Option<i64> {
+        self.store.alarm()
+    }
+
+    fn alarm_set(&mut self, at_ms: i64) {
+        if let Err(e) = self.store.set_alarm(Some(at_ms)) {
+            // The event's transaction is unusable; its commit will fail and say why.
+            tracing::warn!(actor = %self.actor, error = %e, "alarm set failed");
+        }
+    }
+
+    fn alarm_clear(&mut self) {
+        if let Err(e) = self.store.set_alarm(None) {
+            tracing::warn!(actor = %self.actor, error = %e, "alarm clear failed");
+        }
+    }
+
+    fn socket_send(&mut self, id: u64, message: Message) -> Result<(), String> {
+        self.check_socket(id)?;
+        let bytes = match &message {
+            Message::Text(t) => t.len(),
+            Message::Binary(b) => b.len(),
+        };
+        let limit = self.node.config.limits.socket_message_bytes_max;
+        if bytes > limit {
+            return Err(format!(
+                "message of {bytes} bytes is larger than the limit ({limit} bytes)"
+            ));
+        }
+        if self.outbox.len() >= self.node.config.limits.socket_outbox_messages_max {
+            return Err("too many socket messages in one event".to_owned());
+        }
+        self.outbox.push((id, Outgoing::Message(message)));
+        Ok(())
+    }
+
+    fn socket_close(&mut self, id: u64, code: u16, reason: String) -> Result<(), String> {
+        self.check_socket(id)?;
+        if !(code == 1000 || (3000..=4999).contains(&code)) {
+            return Err(format!(
+                "close code {code} is not allowed: use 1000 or 3000-4999"
+            ));
+        }
+        if reason.len() > 123 {
+            return Err("close reason longer than 123 bytes".to_owned());
+        }
+        self.outbox.push((id, Outgoing::Close(code, reason)));
+        Ok(())
+    }
+
+    fn socket_list(&mut self) -> Vec<u64> {
+        self.sockets.lock().sockets.keys().copied().collect()
+    }
+
+    fn socket_set_tag(&mut self, id: u64, tag: String) -> Result<(), String> {
+        let limit = self.node.config.limits.socket_tag_bytes_max;
+        if tag.len() > limit {
+            return Err(format!("tag longer than {limit} bytes"));
+        }
+        match self.sockets.lock().sockets.get_mut(&id) {
+            Some(entry) => {
+                entry.tag = Some(tag);
+                Ok(())
+            }
+            None => Err(format!("no open socket {id}")),
+        }
+    }
+
+    fn socket_get_tag(&mut self, id: u64) -> Option<String> {
+        self.sockets
+            .lock()
+            .sockets
+            .get(&id)
+            .and_then(|e| e.tag.clone())
+    }
+
+    async fn call(
+        &mut self,
+        class: String,
+        name: String,
+        mut request: Request,
+    ) -> Result<Response, String> {
+        let class = ClassName::new(class).map_err(|e| e.to_string())?;
+        let target =
+            ActorId::new(self.actor.tenant.clone(), class, name).map_err(|e| e.to_string())?;
+        if self.chain.contains(&target) {
+            let path: Vec<String> = self.chain.iter().map(ToString::to_string).collect();
+            return Err(format!("call cycle: {} -> {target}", path.join(" -> ")));
+        }
+        let depth_max = self.node.config.limits.call_depth_max;
+        if self.chain.len() >= depth_max {
+            return Err(format!(
+                "call depth limit ({depth_max}) reached calling {target}"
+            ));
+        }
+        if !request.path.starts_with('/') {
+            request.path.insert(0, '/');
+        }
+        strip_markers(&mut request.headers);
+        let mut chain = self.chain.clone();
+        chain.push(target.clone());
+        self.node
+            .call(&self.actor, &target, request, chain)
+            .await
+            .map_err(|e| format!("call to {target} failed: {e}"))
+    }
+
+    fn secret(&mut self, _name: &str) -> Option<String> {
+        // Secrets (ADR 0016) are not served by this node yet.
+        None
+    }
+
+    fn log(&mut self, level: LogLevel, message: &str) {
+        let actor = &self.actor;
+        match level {
+            LogLevel::Trace => tracing::trace!(%actor, guest = true, "{message}"),
+            LogLevel::Debug => tracing::debug!(%actor, guest = true, "{message}"),
+            LogLevel::Info => tracing::info!(%actor, guest = true, "{message}"),
+            LogLevel::Warn => tracing::warn!(%actor, guest = true, "{message}"),
+            LogLevel::Error => tracing::error!(%actor, guest = true, "{message}"),
+        }
+    }
+
+    fn as_any(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}

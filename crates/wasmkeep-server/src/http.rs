@@ -1,0 +1,269 @@
+//! The HTTP front: accepts connections (hyper 1, HTTP/1.1 with upgrades),
+//! routes each request, reads its body within the limit, strips marker
+//! headers and turns every error into `{"error", "code"}` JSON.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use wasmkeep_runtime::{Request, Response};
+
+use crate::host::strip_markers;
+use crate::node::Node;
+use crate::route::{Route, route};
+use crate::{Error, Result, sockets};
+
+type HttpResponse = hyper::Response<Full<Bytes>>;
+
+/// Serves HTTP on `listener` until `shutdown` turns true, then stops
+/// accepting and waits (at most `grace`) for in-flight requests.
+pub async fn serve(
+    node: Arc<Node>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => {
+                if *shutdown.borrow() { break } else { continue }
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let node = Arc::clone(&node);
+        let mut conn_shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let service = service_fn(move |req| {
+                let node = Arc::clone(&node);
+                async move { Ok::<_, Infallible>(handle(node, req).await) }
+            });
+            let conn = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            tokio::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                }
+                () = async { let _ = conn_shutdown.wait_for(|stop| *stop).await; } => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+/// Answers one request; never fails (errors become JSON responses).
+pub async fn handle(node: Arc<Node>, req: hyper::Request<Incoming>) -> HttpResponse {
+    let response = match dispatch(&node, req).await {
+        Ok(response) => response,
+        Err(e) => error_response(&e),
+    };
+    node.metrics.request(response.status().as_u16());
+    response
+}
+
+pub fn error_response(error: &Error) -> HttpResponse {
+    let mut builder = hyper::Response::builder()
+        .status(error.status())
+        .header("content-type", "application/json");
+    if let Some(seconds) = error.retry_after_s() {
+        builder = builder.header("retry-after", seconds.to_string());
+    }
+    builder
+        .body(Full::new(Bytes::from(error.json_body())))
+        .expect("a status from Error::status and static headers are valid")
+}
+
+async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<HttpResponse> {
+    let route = route(req.uri().path(), req.uri().query())?;
+    let (actor, path) = match route {
+        Route::Health => {
+            if node.is_shutting_down() {
+                return Err(Error::unavailable("the node is shutting down"));
+            }
+            return Ok(text(200, "text/plain", "ok\n"));
+        }
+        Route::Metrics => {
+            return Ok(text(
+                200,
+                "text/plain; version=0.0.4",
+                &node.metrics.render(),
+            ));
+        }
+        Route::Actor { actor, path } => (actor, path),
+    };
+    // Refuse unknown classes before reading a body.
+    node.class(&actor.class)?;
+    if sockets::is_upgrade(&req) {
+        return sockets::upgrade(node, &actor, req).await;
+    }
+    let limit = node.config.limits.body_bytes_max;
+    if let Some(length) = req.headers().get(hyper::header::CONTENT_LENGTH)
+        && let Some(length) = length.to_str().ok().and_then(|v| v.parse::<u64>().ok())
+        && length > limit as u64
+    {
+        return Err(Error::BodyTooLarge { limit_bytes: limit });
+    }
+    let method = req.method().as_str().to_owned();
+    let mut headers = Vec::with_capacity(req.headers().len());
+    for (name, value) in req.headers() {
+        let value = value
+            .to_str()
+            .map_err(|_| Error::BadRequest(format!("header {name} is not visible ASCII")))?;
+        headers.push((name.as_str().to_owned(), value.to_owned()));
+    }
+    strip_markers(&mut headers);
+    let body = match Limited::new(req.into_body(), limit).collect().await {
+        Ok(collected) => collected.to_bytes().to_vec(),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            return Err(Error::BodyTooLarge { limit_bytes: limit });
+        }
+        Err(e) => return Err(Error::BadRequest(format!("reading the body failed: {e}"))),
+    };
+    let request = Request {
+        method,
+        path,
+        headers,
+        body,
+    };
+    let response = node.request(&actor, request, vec![actor.clone()]).await?;
+    to_http(response)
+}
+
+fn text(status: u16, content_type: &str, body: &str) -> HttpResponse {
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .expect("static status and header are valid")
+}
+
+/// Headers a guest may not set: hop-by-hop ones and node markers.
+fn guest_may_set(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    !(lower.starts_with("x-wasmkeep-")
+        || matches!(
+            lower.as_str(),
+            "connection" | "transfer-encoding" | "content-length" | "upgrade" | "keep-alive"
+        ))
+}
+
+fn to_http(response: Response) -> Result<HttpResponse> {
+    let status = hyper::StatusCode::from_u16(response.status)
+        .ok()
+        .filter(|s| !s.is_informational())
+        .ok_or_else(|| {
+            Error::Guest(format!(
+                "the actor answered with invalid status {}",
+                response.status
+            ))
+        })?;
+    let mut builder = hyper::Response::builder().status(status);
+    for (name, value) in response.headers {
+        if !guest_may_set(&name) {
+            continue;
+        }
+        let (Ok(name), Ok(value)) = (
+            hyper::header::HeaderName::from_bytes(name.as_bytes()),
+            hyper::header::HeaderValue::from_str(&value),
+        ) else {
+            return Err(Error::Guest(format!(
+                "the actor answered with an invalid header {name:?}"
+            )));
+        };
+        builder = builder.header(name, value);
+    }
+    builder
+        .body(Full::new(Bytes::from(response.body)))
+        .map_err(|e| Error::Guest(format!("the actor's response is invalid: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_responses_lose_markers_and_hop_by_hop_headers() {
+        let response = Response {
+            status: 201,
+            headers: vec![
+                ("x-wasmkeep-node".into(), "evil".into()),
+                ("content-type".into(), "text/plain".into()),
+                ("Connection".into(), "close".into()),
+            ],
+            body: b"hi".to_vec(),
+        };
+        let http = to_http(response).expect("valid");
+        assert_eq!(http.status(), 201);
+        assert!(http.headers().get("x-wasmkeep-node").is_none());
+        assert!(http.headers().get("connection").is_none());
+        assert_eq!(http.headers()["content-type"], "text/plain");
+    }
+
+    #[test]
+    fn invalid_guest_status_is_a_guest_error() {
+        let bad = Response {
+            status: 42,
+            headers: vec![],
+            body: vec![],
+        };
+        assert!(matches!(to_http(bad), Err(Error::Guest(_))));
+        let informational = Response {
+            status: 101,
+            headers: vec![],
+            body: vec![],
+        };
+        assert!(matches!(to_http(informational), Err(Error::Guest(_))));
+    }
+
+    #[test]
+    fn client_markers_are_stripped() {
+        let mut headers = vec![
+            ("X-Wasmkeep-Forwarded".to_owned(), "1".to_owned()),
+            ("accept".to_owned(), "*/*".to_owned()),
+        ];
+        strip_markers(&mut headers);
+        assert_eq!(headers, vec![("accept".to_owned(), "*/*".to_owned())]);
+    }
+
+    #[test]
+    fn error_responses_are_json_with_retry_after() {
+        let response = error_response(&Error::unavailable("busy"));
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["retry-after"], "1");
+        assert_eq!(response.headers()["content-type"], "application/json");
+    }
+}

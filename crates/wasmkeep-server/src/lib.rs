@@ -1,0 +1,40 @@
+//! The wasmkeep node: the HTTP front, `ensure_owner`, one mailbox per
+//! resident actor, alarms, WebSockets, hibernation, and the `wasmkeep` binary's
+//! commands (`dev`, `serve`, `deploy`).
+//!
+//! Code map:
+//! - [`http`]: hyper 1 server; routes ([`route`]), body limit, marker headers,
+//!   JSON errors ([`error`]). WebSocket upgrades go to [`sockets`].
+//! - [`node`]: the [`Node`]: resident actors (stubs), `ensure_owner`, LRU
+//!   eviction, the class registry, the alarm sweep, graceful shutdown.
+//! - `mailbox`: one task per resident actor: activation (ownership record,
+//!   store, instance), events one at a time, responses released behind each
+//!   event's output gate by a second task (group commit), hand-over.
+//! - [`host`]: the runtime's `ActorHost` (SQL, alarm, sockets, calls, log).
+//! - [`alarms`]: the node's one alarm timer. [`owner`]: ownership records.
+//! - [`classes`]: deploy and the class poll. [`metrics`], [`counting`]: Prometheus.
+//! - [`cli`]: the command line.
+//!
+//! Invariants: an actor's events never overlap (only its mailbox task touches
+//! its instance and store); a response or socket write leaves the node only
+//! after the event's writes are durable; an actor is activated only after
+//! its previous hand-over on this node released its ownership record.
+
+pub mod alarms;
+pub mod classes;
+pub mod cli;
+pub mod config;
+pub mod counting;
+pub mod error;
+pub mod host;
+pub mod http;
+mod mailbox;
+pub mod metrics;
+pub mod node;
+pub mod owner;
+pub mod route;
+pub mod sockets;
+
+pub use config::{Limits, NodeConfig};
+pub use error::{Error, Result};
+pub use node::{Node, Owner};

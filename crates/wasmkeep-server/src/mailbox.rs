@@ -1,0 +1,579 @@
+//! One actor's mailbox: a task that activates the actor, runs its events one
+//! at a time in arrival order, releases each response once the event's writes
+//! are durable (without holding up the next event: group commit), and hands
+//! the actor over (hibernation, shutdown, a broken store).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use wasmkeep_runtime::{ActorInstance, EventError, Message, Request, Response};
+use wasmkeep_store::{ActorStore, OutputGate, WriterId};
+use wasmkeep_types::ActorId;
+
+use crate::alarms::{Fire, now_ms, retry_delay};
+use crate::host::{NodeHost, Outgoing};
+use crate::node::{Node, Stub};
+use crate::owner::{self, Acquired, Hold};
+use crate::{Error, Result};
+
+/// Close code sent to WebSocket clients when the node shuts down.
+pub const CLOSE_SERVICE_RESTART: u16 = 1012;
+/// Close code when the actor's store failed and the actor was dropped.
+pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
+
+pub(crate) type Reply = oneshot::Sender<Result<Response>>;
+
+/// One unit of work for an actor.
+pub(crate) enum Job {
+    Request {
+        request: Request,
+        /// The actors waiting on this event, the target last.
+        chain: Vec<ActorId>,
+        reply: Option<Reply>,
+        started: Instant,
+    },
+    Alarm(Fire),
+    SocketMessage {
+        id: u64,
+        message: Message,
+    },
+    SocketClose {
+        id: u64,
+        code: u16,
+        reason: String,
+    },
+    /// Hibernate now if idle (LRU eviction).
+    Hibernate,
+}
+
+/// A finished event waiting for its output gate.
+struct Release {
+    gate: OutputGate,
+    reply: Option<(Reply, Response)>,
+    sends: Vec<(u64, Outgoing)>,
+    started: Instant,
+}
+
+struct Active {
+    instance: ActorInstance,
+    hold: Hold,
+    release_tx: mpsc::Sender<Release>,
+    releaser: tokio::task::JoinHandle<()>,
+}
+
+fn host(instance: &mut ActorInstance) -> &mut NodeHost {
+    instance
+        .host()
+        .as_any()
+        .downcast_mut::<NodeHost>()
+        .expect("every instance of this node has a NodeHost")
+}
+
+/// Why the actor leaves this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leave {
+    Idle,
+    Shutdown,
+    Broken,
+}
+
+pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Job>) {
+    let active = match activate(&node, &stub).await {
+        Ok(active) => active,
+        Err(e) => {
+            node.metrics
+                .activation_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(actor = %stub.id, error = %e, "activation failed");
+            let released = node.begin_release(&stub, false, true);
+            rx.close();
+            while let Ok(job) = rx.try_recv() {
+                fail_job(job, &e);
+            }
+            node.end_release(&stub, released);
+            return;
+        }
+    };
+    serve(node, stub, rx, active).await;
+}
+
+/// Acquires the ownership record, restores the store and instantiates.
+async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
+    let actor = &stub.id;
+    let component = node.class(&actor.class)?;
+    let hold = match owner::acquire(&node.bucket, &node.keys, actor, &node.me).await? {
+        Acquired::Held(hold) => hold,
+        Acquired::Elsewhere { node: other } => {
+            return Err(Error::unavailable(format!(
+                "actor {actor} is held by node {other:?}"
+            )));
+        }
+    };
+    let opened = ActorStore::open(
+        Arc::clone(&node.bucket),
+        node.keys.clone(),
+        actor.clone(),
+        WriterId {
+            node: node.me.node.to_string(),
+            incarnation: node.me.incarnation.clone(),
+        },
+        node.store_config.clone(),
+    )
+    .await;
+    let store = match opened {
+        Ok(store) => store,
+        Err(e) => {
+            release_hold(node, &hold).await;
+            return Err(Error::Store(e.to_string()));
+        }
+    };
+    let alarm = store.alarm();
+    let host = NodeHost::new(
+        Arc::clone(node),
+        actor.clone(),
+        store,
+        Arc::clone(&stub.sockets),
+    );
+    let instance = match component.instantiate(actor.clone(), Box::new(host)).await {
+        Ok(instance) => instance,
+        Err(e) => {
+            release_hold(node, &hold).await;
+            return Err(Error::Runtime(e.to_string()));
+        }
+    };
+    if let Some(at_ms) = alarm {
+        node.timer.follow(actor, Some(at_ms));
+    }
+    let (release_tx, release_rx) = mpsc::channel(node.config.limits.mailbox_events_max);
+    let releaser = tokio::spawn(releaser(Arc::clone(node), Arc::clone(stub), release_rx));
+    node.metrics.activations.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(%actor, "activated");
+    Ok(Active {
+        instance,
+        hold,
+        release_tx,
+        releaser,
+    })
+}
+
+async fn release_hold(node: &Node, hold: &Hold) {
+    if let Err(e) = owner::release(&node.bucket, hold, &node.me).await {
+        tracing::warn!(key = %hold.key, error = %e, "ownership record not released; it is taken over at the next activation");
+    }
+}
+
+fn fail_job(job: Job, error: &Error) {
+    if let Job::Request {
+        reply: Some(reply), ..
+    } = job
+    {
+        let e = match error {
+            Error::UnknownClass(c) => Error::UnknownClass(c.clone()),
+            Error::Unavailable {
+                reason,
+                retry_after_s,
+            } => Error::Unavailable {
+                reason: reason.clone(),
+                retry_after_s: *retry_after_s,
+            },
+            other => Error::unavailable(other.to_string()),
+        };
+        let _ = reply.send(Err(e));
+    }
+}
+
+/// Releases responses and socket writes in event order, each once its
+/// output gate opens.
+async fn releaser(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Release>) {
+    while let Some(release) = rx.recv().await {
+        match release.gate.await {
+            Ok(()) => {
+                if !release.sends.is_empty() {
+                    let sockets = stub.sockets.lock();
+                    for (id, out) in release.sends {
+                        if let Some(entry) = sockets.sockets.get(&id)
+                            && entry.tx.try_send(out).is_err()
+                        {
+                            tracing::warn!(actor = %stub.id, socket = id, "socket outbox full; message dropped");
+                        }
+                    }
+                }
+                if let Some((reply, response)) = release.reply {
+                    let _ = reply.send(Ok(response));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(actor = %stub.id, error = %e, "output gate failed; dropping the actor");
+                if let Some((reply, _)) = release.reply {
+                    let _ = reply.send(Err(Error::unavailable(format!(
+                        "the write was not made durable: {e}"
+                    ))));
+                }
+                stub.mark_broken();
+            }
+        }
+        node.metrics
+            .event_latency
+            .observe(release.started.elapsed());
+    }
+}
+
+/// Switches to the newest loaded version of the class at an event boundary.
+fn switch_component(node: &Node, stub: &Stub, instance: &mut ActorInstance) {
+    if let Some(digest) = node.class_digest(&stub.id.class)
+        && digest != instance.component_digest()
+        && let Ok(component) = node.class(&stub.id.class)
+    {
+        tracing::info!(actor = %stub.id, %digest, "switching to the new class version");
+        instance.set_component(component);
+    }
+}
+
+/// Runs one job as an event.
+async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, job: Job) {
+    switch_component(node, stub, &mut active.instance);
+    node.metrics.events.fetch_add(1, Ordering::Relaxed);
+    let instance = &mut active.instance;
+    let alarm_before = host(instance).store.alarm();
+    if let Err(e) = host(instance).store.begin_event() {
+        tracing::warn!(actor = %stub.id, error = %e, "begin_event failed; dropping the actor");
+        fail_job(job, &Error::Store(e.to_string()));
+        stub.mark_broken();
+        return;
+    }
+    let started = Instant::now();
+    // Calls made by this event carry the chain of actors waiting on it.
+    host(instance).chain = vec![stub.id.clone()];
+    // Each arm: the guest's outcome; `Ok(reply)` commits, `Err` rolls back.
+    let (outcome, reply, started): (Result<Option<Response>, String>, Option<Reply>, Instant) =
+        match job {
+            Job::Request {
+                request,
+                chain,
+                reply,
+                started,
+            } => {
+                host(instance).chain = chain;
+                let result = instance.handle(request).await;
+                (
+                    result.map(Some).map_err(|e| event_error(node, &e)),
+                    reply,
+                    started,
+                )
+            }
+            Job::SocketMessage { id, message } => {
+                let result = instance.socket_message(id, message).await;
+                (
+                    result.map(|()| None).map_err(|e| event_error(node, &e)),
+                    None,
+                    started,
+                )
+            }
+            Job::SocketClose { id, code, reason } => {
+                let result = instance.socket_close(id, code, reason).await;
+                (
+                    result.map(|()| None).map_err(|e| event_error(node, &e)),
+                    None,
+                    started,
+                )
+            }
+            Job::Alarm(fire) => {
+                run_alarm(node, stub, active, fire, alarm_before).await;
+                return;
+            }
+            Job::Hibernate => {
+                host(instance).store.rollback_event();
+                return;
+            }
+        };
+    match outcome {
+        Ok(response) => {
+            commit(
+                node,
+                stub,
+                active,
+                alarm_before,
+                response.zip(reply).map(|(r, tx)| (tx, r)),
+                started,
+            )
+            .await
+        }
+        Err(message) => {
+            let h = host(&mut active.instance);
+            h.store.rollback_event();
+            h.outbox.clear();
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(Error::Guest(message)));
+            }
+        }
+    }
+}
+
+fn event_error(node: &Node, error: &EventError) -> String {
+    node.metrics.guest_failures.fetch_add(1, Ordering::Relaxed);
+    error.to_string()
+}
+
+/// Commits the event and queues its response behind the output gate.
+async fn commit(
+    node: &Arc<Node>,
+    stub: &Arc<Stub>,
+    active: &mut Active,
+    alarm_before: Option<i64>,
+    reply: Option<(Reply, Response)>,
+    started: Instant,
+) {
+    let h = host(&mut active.instance);
+    let sends = std::mem::take(&mut h.outbox);
+    match h.store.commit_event() {
+        Ok(gate) => {
+            let alarm_after = h.store.alarm();
+            if alarm_after != alarm_before {
+                node.timer.follow(&stub.id, alarm_after);
+            }
+            let release = Release {
+                gate,
+                reply,
+                sends,
+                started,
+            };
+            if active.release_tx.send(release).await.is_err() {
+                stub.mark_broken();
+            }
+        }
+        Err(e) => {
+            let broken = h.store.is_failed();
+            tracing::warn!(actor = %stub.id, error = %e, broken, "commit failed");
+            if let Some((reply, _)) = reply {
+                let error = if broken {
+                    Error::unavailable(e.to_string())
+                } else {
+                    Error::Guest(e.to_string())
+                };
+                let _ = reply.send(Err(error));
+            }
+            if broken {
+                stub.mark_broken();
+            }
+        }
+    }
+}
+
+/// An alarm event: runs only if the committed alarm is still the one that
+/// fired; clears it on success, retries with backoff on failure.
+async fn run_alarm(
+    node: &Arc<Node>,
+    stub: &Arc<Stub>,
+    active: &mut Active,
+    fire: Fire,
+    committed: Option<i64>,
+) {
+    let actor = &stub.id;
+    let instance = &mut active.instance;
+    if committed != Some(fire.scheduled_ms) {
+        // Changed or cleared since the timer was armed: nothing to fire.
+        host(instance).store.rollback_event();
+        node.timer.follow(actor, committed);
+        return;
+    }
+    node.metrics.alarms_fired.fetch_add(1, Ordering::Relaxed);
+    let lag_ms = u64::try_from(now_ms() - fire.scheduled_ms).unwrap_or(0);
+    node.metrics
+        .alarm_lag
+        .observe(std::time::Duration::from_millis(lag_ms));
+    let started = Instant::now();
+    let outcome = match instance.alarm(fire.scheduled_ms, fire.retry_count).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(message)) => Err(message),
+        Err(e) => Err(event_error(node, &e)),
+    };
+    match outcome {
+        Ok(()) => {
+            let h = host(instance);
+            if h.store.alarm() == Some(fire.scheduled_ms)
+                && let Err(e) = h.store.set_alarm(None)
+            {
+                tracing::warn!(%actor, error = %e, "clearing the fired alarm failed");
+            }
+            // "Before" is None: the fired entry left the timer; follow any new alarm.
+            commit(node, stub, active, None, None, started).await;
+        }
+        Err(message) => {
+            let h = host(instance);
+            h.store.rollback_event();
+            h.outbox.clear();
+            let limits = &node.config.limits;
+            if fire.retry_count < limits.alarm_retries_max {
+                node.metrics.alarm_retries.fetch_add(1, Ordering::Relaxed);
+                let delay = retry_delay(limits.alarm_retry_backoff_first, fire.retry_count);
+                tracing::warn!(%actor, retry = fire.retry_count + 1, ?delay, error = %message, "alarm failed; retrying");
+                let due = now_ms() + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+                node.timer.set(
+                    due,
+                    Fire {
+                        retry_count: fire.retry_count + 1,
+                        ..fire
+                    },
+                );
+            } else {
+                tracing::error!(%actor, retries = fire.retry_count, error = %message, "alarm failed too often; given up and cleared");
+                let h = host(&mut active.instance);
+                let cleared = h.store.begin_event().and_then(|()| h.store.set_alarm(None));
+                match cleared {
+                    Ok(()) => {
+                        commit(
+                            node,
+                            stub,
+                            active,
+                            Some(fire.scheduled_ms),
+                            None,
+                            Instant::now(),
+                        )
+                        .await
+                    }
+                    Err(e) => {
+                        host(&mut active.instance).store.rollback_event();
+                        tracing::warn!(%actor, error = %e, "clearing the given-up alarm failed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Hands the actor over: finishes queued events, closes sockets, flushes,
+/// closes the instance and the database, releases the ownership record.
+/// Returns the mailbox back when a hibernation is called off.
+async fn hand_over(
+    node: &Arc<Node>,
+    stub: &Arc<Stub>,
+    mut rx: mpsc::Receiver<Job>,
+    mut active: Active,
+    leave: Leave,
+) -> Option<(mpsc::Receiver<Job>, Active)> {
+    let released = node.begin_release(stub, leave == Leave::Idle, rx.is_empty());
+    if leave == Leave::Idle && released.is_none() && node.is_live(stub) {
+        // Work arrived while we decided: keep serving.
+        return Some((rx, active));
+    }
+    rx.close();
+    let healthy = leave != Leave::Broken;
+    if healthy {
+        // Events queued before the close still run here.
+        while let Ok(job) = rx.try_recv() {
+            if !matches!(job, Job::Hibernate) {
+                run_job(node, stub, &mut active, job).await;
+            }
+        }
+    } else {
+        let error = Error::unavailable(format!("actor {} is being restored", stub.id));
+        while let Ok(job) = rx.try_recv() {
+            fail_job(job, &error);
+        }
+    }
+    // Sockets: clients are told to reconnect; the guest sees each close.
+    let code = if healthy {
+        CLOSE_SERVICE_RESTART
+    } else {
+        CLOSE_INTERNAL_ERROR
+    };
+    let reason = if healthy {
+        "server restarting"
+    } else {
+        "actor restarting"
+    };
+    let sockets: Vec<_> = std::mem::take(&mut stub.sockets.lock().sockets)
+        .into_iter()
+        .collect();
+    for (id, entry) in sockets {
+        let _ = entry.tx.try_send(Outgoing::Close(code, reason.to_owned()));
+        node.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
+        if healthy {
+            run_job(
+                node,
+                stub,
+                &mut active,
+                Job::SocketClose {
+                    id,
+                    code,
+                    reason: reason.to_owned(),
+                },
+            )
+            .await;
+        }
+    }
+    let Active {
+        mut instance,
+        hold,
+        release_tx,
+        releaser,
+    } = active;
+    drop(release_tx);
+    let _ = releaser.await;
+    if healthy && let Err(e) = host(&mut instance).store.flush().await {
+        tracing::warn!(actor = %stub.id, error = %e, "flush at hand-over failed");
+    }
+    drop(instance);
+    release_hold(node, &hold).await;
+    node.end_release(stub, released);
+    if leave == Leave::Idle {
+        node.metrics.hibernations.fetch_add(1, Ordering::Relaxed);
+    }
+    tracing::debug!(actor = %stub.id, ?leave, "handed over");
+    None
+}
+
+/// Runs events until the actor leaves this node.
+async fn serve(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Job>, mut active: Active) {
+    loop {
+        let leave = serve_until_leave(&node, &stub, &mut rx, &mut active).await;
+        match hand_over(&node, &stub, rx, active, leave).await {
+            Some((back_rx, back_active)) => {
+                rx = back_rx;
+                active = back_active;
+            }
+            None => return,
+        }
+    }
+}
+
+async fn serve_until_leave(
+    node: &Arc<Node>,
+    stub: &Arc<Stub>,
+    rx: &mut mpsc::Receiver<Job>,
+    active: &mut Active,
+) -> Leave {
+    let mut shutdown: watch::Receiver<bool> = node.shutdown_rx();
+    let idle_timeout = node.config.idle_timeout;
+    loop {
+        if stub.broken.load(Ordering::Acquire) {
+            return Leave::Broken;
+        }
+        if *shutdown.borrow() {
+            return Leave::Shutdown;
+        }
+        let job = tokio::select! {
+            biased;
+            _ = stub.broken_notify.notified() => continue,
+            _ = shutdown.changed() => continue,
+            job = rx.recv() => job,
+            _ = tokio::time::sleep(idle_timeout) => {
+                if stub.open_sockets() == 0 {
+                    return Leave::Idle;
+                }
+                continue;
+            }
+        };
+        match job {
+            Some(Job::Hibernate) => {
+                if stub.open_sockets() == 0 && rx.is_empty() {
+                    return Leave::Idle;
+                }
+            }
+            Some(job) => run_job(node, stub, active, job).await,
+            None => return Leave::Shutdown,
+        }
+    }
+}

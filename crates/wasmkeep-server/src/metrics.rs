@@ -1,0 +1,254 @@
+//! The node's Prometheus metrics, hand-written: a few counters, gauges and
+//! fixed-bucket histograms rendered in the text exposition format.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+/// Upper bounds (seconds) of the latency histograms' buckets.
+const LATENCY_BUCKETS_S: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A histogram with the fixed [`LATENCY_BUCKETS_S`] buckets.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    counts: [AtomicU64; LATENCY_BUCKETS_S.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, value: Duration) {
+        let seconds = value.as_secs_f64();
+        for (bound, count) in LATENCY_BUCKETS_S.iter().zip(&self.counts) {
+            if seconds <= *bound {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(value.as_micros()).unwrap_or(u64::MAX);
+        self.sum_us.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str, labels: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (bound, count) in LATENCY_BUCKETS_S.iter().zip(&self.counts) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+        let sum_s = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(
+            out,
+            "{name}_sum{braces} {sum_s}\n{name}_count{braces} {count}"
+        );
+    }
+}
+
+/// Every metric the node exports.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests_by_status: Mutex<BTreeMap<u16, u64>>,
+    pub event_latency: Histogram,
+    pub resident_actors: AtomicI64,
+    pub activations: AtomicU64,
+    pub activation_failures: AtomicU64,
+    pub hibernations: AtomicU64,
+    pub events: AtomicU64,
+    pub guest_failures: AtomicU64,
+    pub alarms_fired: AtomicU64,
+    pub alarm_retries: AtomicU64,
+    pub alarm_lag: Histogram,
+    pub sockets_open: AtomicI64,
+    pub socket_messages: AtomicU64,
+    pub class_loads: AtomicU64,
+    bucket_requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    pub bucket_latency: Histogram,
+}
+
+impl Metrics {
+    pub fn request(&self, status: u16) {
+        *self.requests_by_status.lock().entry(status).or_default() += 1;
+    }
+
+    /// One bucket call: `op` is the trait method, `outcome` "ok" or the error kind.
+    pub fn bucket_request(&self, op: &'static str, outcome: &'static str, latency: Duration) {
+        *self
+            .bucket_requests
+            .lock()
+            .entry((op, outcome))
+            .or_default() += 1;
+        self.bucket_latency.observe(latency);
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP wasmkeep_http_requests_total HTTP requests answered, by status.\n# TYPE wasmkeep_http_requests_total counter"
+        );
+        for (status, n) in self.requests_by_status.lock().iter() {
+            let _ = writeln!(
+                out,
+                "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
+            );
+        }
+        let counters: [(&str, &str, u64); 10] = [
+            (
+                "wasmkeep_activations_total",
+                "Actors activated on this node.",
+                load(&self.activations),
+            ),
+            (
+                "wasmkeep_activation_failures_total",
+                "Activations that failed.",
+                load(&self.activation_failures),
+            ),
+            (
+                "wasmkeep_hibernations_total",
+                "Actors hibernated by this node.",
+                load(&self.hibernations),
+            ),
+            ("wasmkeep_events_total", "Events run.", load(&self.events)),
+            (
+                "wasmkeep_guest_failures_total",
+                "Events whose guest trapped or hit a limit.",
+                load(&self.guest_failures),
+            ),
+            (
+                "wasmkeep_alarms_fired_total",
+                "Alarm deliveries.",
+                load(&self.alarms_fired),
+            ),
+            (
+                "wasmkeep_alarm_retries_total",
+                "Alarm deliveries that failed and were rescheduled.",
+                load(&self.alarm_retries),
+            ),
+            (
+                "wasmkeep_socket_messages_total",
+                "WebSocket messages received.",
+                load(&self.socket_messages),
+            ),
+            (
+                "wasmkeep_class_loads_total",
+                "Component versions loaded.",
+                load(&self.class_loads),
+            ),
+            (
+                "wasmkeep_http_requests_seen_total",
+                "HTTP requests answered.",
+                self.requests_by_status.lock().values().sum(),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        }
+        let gauges = [
+            (
+                "wasmkeep_resident_actors",
+                "Actors resident on this node.",
+                self.resident_actors.load(Ordering::Relaxed),
+            ),
+            (
+                "wasmkeep_sockets_open",
+                "WebSockets open.",
+                self.sockets_open.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        }
+        self.event_latency.render(
+            &mut out,
+            "wasmkeep_event_seconds",
+            "Event latency including the output gate.",
+            "",
+        );
+        self.alarm_lag.render(
+            &mut out,
+            "wasmkeep_alarm_lag_seconds",
+            "Delay between an alarm's time and its delivery.",
+            "",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP wasmkeep_bucket_requests_total Bucket calls by operation and outcome.\n# TYPE wasmkeep_bucket_requests_total counter"
+        );
+        for ((op, outcome), n) in self.bucket_requests.lock().iter() {
+            let _ = writeln!(
+                out,
+                "wasmkeep_bucket_requests_total{{op=\"{op}\",outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        self.bucket_latency.render(
+            &mut out,
+            "wasmkeep_bucket_seconds",
+            "Bucket call latency.",
+            "",
+        );
+        out
+    }
+}
+
+fn load(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// Reads one unlabelled sample from rendered metrics (used by tests).
+pub fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        line.strip_prefix(name)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_has_counters_gauges_and_histograms() {
+        let m = Metrics::default();
+        m.request(200);
+        m.request(200);
+        m.request(503);
+        m.activations.fetch_add(1, Ordering::Relaxed);
+        m.resident_actors.fetch_add(3, Ordering::Relaxed);
+        m.event_latency.observe(Duration::from_millis(3));
+        m.bucket_request("get", "ok", Duration::from_millis(1));
+        let text = m.render();
+        assert!(text.contains("wasmkeep_http_requests_total{status=\"200\"} 2"));
+        assert!(text.contains("wasmkeep_http_requests_total{status=\"503\"} 1"));
+        assert_eq!(sample(&text, "wasmkeep_activations_total"), Some(1.0));
+        assert_eq!(sample(&text, "wasmkeep_resident_actors"), Some(3.0));
+        assert!(text.contains("wasmkeep_event_seconds_bucket{le=\"0.005\"} 1"));
+        assert!(text.contains("wasmkeep_event_seconds_bucket{le=\"0.0025\"} 0"));
+        assert_eq!(sample(&text, "wasmkeep_event_seconds_count"), Some(1.0));
+        assert!(text.contains("wasmkeep_bucket_requests_total{op=\"get\",outcome=\"ok\"} 1"));
+    }
+}

@@ -1,0 +1,203 @@
+//! WebSockets: an upgrade on an actor path opens a socket to the actor. Each
+//! message and the close become events of the actor; the guest writes back
+//! through the host (released after the event's output gate).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::sync::mpsc;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, handshake::derive_accept_key};
+use wasmkeep_runtime::Message;
+use wasmkeep_types::ActorId;
+
+use crate::host::{Outgoing, SocketEntry};
+use crate::mailbox::Job;
+use crate::node::{Node, Owner, Stub};
+use crate::{Error, Result};
+
+/// Whether the request asks for a WebSocket upgrade.
+pub fn is_upgrade(req: &hyper::Request<Incoming>) -> bool {
+    let has = |name: &str, token: &str| {
+        req.headers()
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    };
+    has("connection", "upgrade") && has("upgrade", "websocket")
+}
+
+/// Accepts the upgrade: registers the socket with the actor and answers 101.
+pub async fn upgrade(
+    node: &Arc<Node>,
+    actor: &ActorId,
+    mut req: hyper::Request<Incoming>,
+) -> Result<hyper::Response<Full<Bytes>>> {
+    if req.method() != hyper::Method::GET {
+        return Err(Error::BadRequest(
+            "a WebSocket upgrade must be a GET".into(),
+        ));
+    }
+    if req
+        .headers()
+        .get("sec-websocket-version")
+        .and_then(|v| v.to_str().ok())
+        != Some("13")
+    {
+        return Err(Error::BadRequest("sec-websocket-version must be 13".into()));
+    }
+    let Some(key) = req
+        .headers()
+        .get("sec-websocket-key")
+        .map(|k| k.as_bytes().to_vec())
+    else {
+        return Err(Error::BadRequest("sec-websocket-key is missing".into()));
+    };
+    let limits = &node.config.limits;
+    let (stub, id, rx) = loop {
+        let Owner::Local(stub) = node.ensure_owner(actor).await?;
+        if stub.open_sockets() >= limits.sockets_per_actor_max {
+            return Err(Error::unavailable(format!(
+                "actor {actor} has {} open sockets, the limit",
+                limits.sockets_per_actor_max
+            )));
+        }
+        let id = node.next_socket_id();
+        let (tx, rx) = mpsc::channel(limits.socket_outbox_messages_max);
+        stub.sockets
+            .lock()
+            .sockets
+            .insert(id, SocketEntry { tx, tag: None });
+        // The actor may have begun hibernating before the socket was added:
+        // then look again (the next stub activates it anew).
+        if node.is_live(&stub) {
+            break (stub, id, rx);
+        }
+        stub.sockets.lock().sockets.remove(&id);
+        tokio::task::yield_now().await;
+    };
+    node.metrics.sockets_open.fetch_add(1, Ordering::Relaxed);
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let node = Arc::clone(node);
+    // Only the message size is limited: a frame over it is read whole, so the
+    // client can read the 1009 close that follows.
+    let config = WebSocketConfig::default().max_message_size(Some(limits.socket_message_bytes_max));
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let ws = WebSocketStream::from_raw_socket(
+                    TokioIo::new(upgraded),
+                    Role::Server,
+                    Some(config),
+                )
+                .await;
+                run_socket(&node, &stub, id, ws, rx).await;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "websocket upgrade failed");
+                if stub.sockets.lock().sockets.remove(&id).is_some() {
+                    node.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    let response = hyper::Response::builder()
+        .status(101)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-accept", derive_accept_key(&key))
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| Error::BadRequest(e.to_string()))?;
+    Ok(response)
+}
+
+async fn run_socket<S>(
+    node: &Arc<Node>,
+    stub: &Arc<Stub>,
+    id: u64,
+    mut ws: WebSocketStream<S>,
+    mut rx: mpsc::Receiver<Outgoing>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (code, reason) = loop {
+        tokio::select! {
+            incoming = ws.next() => match incoming {
+                Some(Ok(tungstenite::Message::Text(text))) => {
+                    node.metrics.socket_messages.fetch_add(1, Ordering::Relaxed);
+                    if !forward(stub, Job::SocketMessage { id, message: Message::Text(text.to_string()) }).await {
+                        break (1011, "actor unavailable".to_owned());
+                    }
+                }
+                Some(Ok(tungstenite::Message::Binary(bytes))) => {
+                    node.metrics.socket_messages.fetch_add(1, Ordering::Relaxed);
+                    if !forward(stub, Job::SocketMessage { id, message: Message::Binary(bytes.to_vec()) }).await {
+                        break (1011, "actor unavailable".to_owned());
+                    }
+                }
+                Some(Ok(tungstenite::Message::Close(frame))) => {
+                    let (code, reason) = frame.map(|f| (u16::from(f.code), f.reason.to_string())).unwrap_or((1005, String::new()));
+                    break (code, reason);
+                }
+                Some(Ok(_)) => {} // ping/pong: tungstenite answers pings itself
+                Some(Err(tungstenite::Error::Capacity(e))) => {
+                    let _ = ws.close(Some(CloseFrame { code: CloseCode::Size, reason: "message too large".into() })).await;
+                    break (1009, e.to_string());
+                }
+                Some(Err(e)) => break (1006, e.to_string()),
+                None => break (1006, "connection closed".to_owned()),
+            },
+            out = rx.recv() => match out {
+                Some(Outgoing::Message(Message::Text(text))) => {
+                    if let Err(e) = ws.send(tungstenite::Message::text(text)).await {
+                        break (1006, e.to_string());
+                    }
+                }
+                Some(Outgoing::Message(Message::Binary(bytes))) => {
+                    if let Err(e) = ws.send(tungstenite::Message::binary(bytes)).await {
+                        break (1006, e.to_string());
+                    }
+                }
+                Some(Outgoing::Close(code, reason)) => {
+                    let frame = CloseFrame { code: CloseCode::from(code), reason: reason.clone().into() };
+                    let _ = ws.close(Some(frame)).await;
+                    break (code, reason);
+                }
+                None => break (1011, "socket dropped".to_owned()),
+            },
+        }
+    };
+    // Whoever removes the entry reports the close: here, unless the mailbox
+    // already closed every socket (hand-over), which reports them itself.
+    let removed = stub.sockets.lock().sockets.remove(&id).is_some();
+    if removed {
+        node.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
+        let _ = forward(stub, Job::SocketClose { id, code, reason }).await;
+    }
+    // Drain writes queued before the close (e.g. the 1012 of a shutdown).
+    while let Ok(out) = rx.try_recv() {
+        if let Outgoing::Close(code, reason) = out {
+            let _ = ws
+                .close(Some(CloseFrame {
+                    code: CloseCode::from(code),
+                    reason: reason.into(),
+                }))
+                .await;
+        }
+    }
+    let _ = ws.flush().await;
+}
+
+/// Sends a socket event to the actor, waiting for room (back-pressure on
+/// the client). False when the actor's mailbox is gone.
+async fn forward(stub: &Stub, job: Job) -> bool {
+    stub.tx.send(job).await.is_ok()
+}

@@ -1,0 +1,620 @@
+//! End-to-end tests of one node: the real `wasmkeep` binary, a folder bucket,
+//! the example and test guests (built by scripts/build-guests).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use common::{Server, folder_bucket, guest, request, try_request};
+
+fn dev(dir: &std::path::Path, extra: &[&str]) -> Server {
+    let bucket = folder_bucket(dir);
+    let mut args = vec!["dev", "--bucket", bucket.as_str()];
+    args.extend_from_slice(extra);
+    Server::start(dir, &args)
+}
+
+fn count(server: &Server, actor: &str) -> u64 {
+    let r = server.req("GET", &format!("/demo/counter/{actor}/value"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.text().trim().parse().unwrap()
+}
+
+/// Runs `clients` threads, each incrementing until `stop` returns true or
+/// `per_client` increments were acknowledged; returns (acked, attempted).
+fn hammer(addr: &str, actor: &str, clients: usize, per_client: u64) -> (u64, u64) {
+    let acked = Arc::new(AtomicU64::new(0));
+    let attempted = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..clients)
+        .map(|_| {
+            let (addr, path) = (addr.to_owned(), format!("/demo/counter/{actor}/increment"));
+            let (acked, attempted) = (Arc::clone(&acked), Arc::clone(&attempted));
+            std::thread::spawn(move || {
+                for _ in 0..per_client {
+                    attempted.fetch_add(1, Ordering::SeqCst);
+                    match try_request(&addr, "POST", &path, &[], b"") {
+                        Ok(r) if r.status == 200 => {
+                            acked.fetch_add(1, Ordering::SeqCst);
+                        }
+                        _ => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    (
+        acked.load(Ordering::SeqCst),
+        attempted.load(Ordering::SeqCst),
+    )
+}
+
+#[test]
+fn counter_survives_restart_and_kill_with_concurrent_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &[]);
+    let (acked, attempted) = hammer(&server.addr, "alice", 64, 5);
+    assert_eq!(acked, attempted, "no failures expected on a healthy node");
+    assert_eq!(count(&server, "alice"), acked);
+    assert!(server.stop(), "graceful shutdown exits 0");
+
+    let server = dev(dir.path(), &[]);
+    assert_eq!(
+        count(&server, "alice"),
+        acked,
+        "a restart keeps every acknowledged increment"
+    );
+    // kill -9 while 64 clients increment.
+    let addr = server.addr.clone();
+    let load = std::thread::spawn(move || hammer(&addr, "alice", 64, 1_000));
+    server.wait_until("some increments", |s| count(s, "alice") > acked + 50);
+    server.kill();
+    let (acked_2, attempted_2) = load.join().unwrap();
+    let server = dev(dir.path(), &[]);
+    let after = count(&server, "alice");
+    let in_flight = attempted_2 - acked_2;
+    assert!(
+        after >= acked + acked_2,
+        "lost acknowledged increments: {after} < {}",
+        acked + acked_2
+    );
+    assert!(
+        after <= acked + acked_2 + in_flight,
+        "more increments than attempted: {after}"
+    );
+}
+
+#[test]
+fn events_of_one_actor_never_overlap() {
+    // Each increment reads and writes the count in one event: if two events
+    // of the actor overlapped, two clients would see the same count.
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &[]);
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..32)
+        .map(|_| {
+            let addr = server.addr.clone();
+            let seen = Arc::clone(&seen);
+            std::thread::spawn(move || {
+                for _ in 0..8 {
+                    let r = request(&addr, "POST", "/demo/counter/serial/increment", &[], b"");
+                    assert_eq!(r.status, 200);
+                    seen.lock().push(r.text().trim().parse::<u64>().unwrap());
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut seen = seen.lock().clone();
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=256).collect::<Vec<u64>>());
+}
+
+#[test]
+fn alarms_fire_and_fire_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &[]);
+    assert_eq!(
+        server.req("POST", "/demo/counter/a/alarm?in_ms=100").status,
+        200
+    );
+    server.wait_until("the alarm fires", |s| {
+        s.req("GET", "/demo/counter/a/alarms").text().trim() == "1"
+    });
+    assert_eq!(
+        server
+            .req("POST", "/demo/counter/a/alarm?in_ms=1500")
+            .status,
+        200
+    );
+    assert!(server.stop());
+    let server = dev(dir.path(), &[]);
+    server.wait_until("the alarm fires after a restart", |s| {
+        s.req("GET", "/demo/counter/a/alarms").text().trim() == "2"
+    });
+}
+
+#[test]
+fn alarm_of_a_hibernated_actor_fires_via_the_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &["--idle-timeout", "200ms"]);
+    assert_eq!(
+        server
+            .req("POST", "/demo/counter/sleepy/alarm?in_ms=2500")
+            .status,
+        200
+    );
+    server.wait_until("the actor hibernates", |s| {
+        s.metric("wasmkeep_hibernations_total") >= 1.0
+    });
+    assert!(server.stop());
+    // A new process knows of the alarm only through the bucket's alarm index.
+    let server = dev(
+        dir.path(),
+        &["--idle-timeout", "200ms", "--alarm-sweep", "500ms"],
+    );
+    server.wait_until("the sweep activates the actor and fires", |s| {
+        s.metric("wasmkeep_alarms_fired_total") >= 1.0
+    });
+    assert_eq!(
+        server
+            .req("GET", "/demo/counter/sleepy/alarms")
+            .text()
+            .trim(),
+        "1"
+    );
+}
+
+#[test]
+fn failing_alarm_is_retried_with_backoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let ks = format!("ks={}", guest("kitchen-sink").display());
+    let server = dev(dir.path(), &[ks.as_str()]);
+    // kitchen-sink fails the first delivery of an alarm set in the past (negative time).
+    assert_eq!(server.req("POST", "/demo/ks/x/alarm/set?at=-5").status, 200);
+    server.wait_until("a retry", |s| {
+        s.metric("wasmkeep_alarm_retries_total") >= 1.0
+    });
+    server.wait_until("the retry succeeds and clears the alarm", |s| {
+        s.req("GET", "/demo/ks/x/alarm/get").text() == "none"
+    });
+    assert!(server.metric("wasmkeep_alarms_fired_total") >= 2.0);
+}
+
+#[test]
+fn idle_actors_hibernate_and_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &["--idle-timeout", "200ms"]);
+    assert_eq!(
+        server.req("POST", "/demo/counter/idle/increment").text(),
+        "1"
+    );
+    server.wait_until("hibernation", |s| {
+        s.metric("wasmkeep_hibernations_total") >= 1.0
+            && s.metric("wasmkeep_resident_actors") == 0.0
+    });
+    assert_eq!(
+        server.req("POST", "/demo/counter/idle/increment").text(),
+        "2"
+    );
+    assert_eq!(server.metric("wasmkeep_activations_total"), 2.0);
+}
+
+#[test]
+fn max_actors_evicts_the_least_recently_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &["--max-actors", "2"]);
+    for name in ["a", "b", "c", "d"] {
+        assert_eq!(
+            server
+                .req("POST", &format!("/demo/counter/{name}/increment"))
+                .status,
+            200
+        );
+    }
+    server.wait_until("evictions", |s| {
+        s.metric("wasmkeep_hibernations_total") >= 2.0
+    });
+    for name in ["a", "b", "c", "d"] {
+        assert_eq!(
+            count(&server, name),
+            1,
+            "{name} kept its count across eviction"
+        );
+    }
+}
+
+#[test]
+fn new_version_changes_behaviour_at_next_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = format!("app={}", guest("counter").display());
+    let server = dev(dir.path(), &[app.as_str(), "--heartbeat", "200ms"]);
+    assert_eq!(server.req("POST", "/demo/app/x/increment").text(), "1");
+    assert_eq!(
+        server.req("GET", "/demo/app/x/noop").status,
+        404,
+        "the counter has no /noop"
+    );
+    // A broken component is refused and changes nothing.
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"not wasm").unwrap();
+    let bucket = folder_bucket(dir.path());
+    let out = std::process::Command::new(common::BIN)
+        .args(["deploy", "app", junk.to_str().unwrap(), "--bucket", &bucket])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a broken component deploys");
+    assert_eq!(server.req("POST", "/demo/app/x/increment").text(), "2");
+    let out = std::process::Command::new(common::BIN)
+        .args([
+            "deploy",
+            "app",
+            guest("kitchen-sink").to_str().unwrap(),
+            "--bucket",
+            &bucket,
+        ])
+        .args(["--data-dir", common::data_dir().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "deploy failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.wait_until("the resident actor switches version", |s| {
+        s.req("GET", "/demo/app/x/noop").status == 204
+    });
+}
+
+#[test]
+fn bad_input_gets_its_status_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let trap = format!("trap={}", guest("trap").display());
+    let counter = format!("counter={}", guest("counter").display());
+    let server = dev(dir.path(), &[counter.as_str(), trap.as_str()]);
+    assert_eq!(server.req("POST", "/demo/counter/v/increment").text(), "1");
+    let cases: [(&str, &str, u16, &str); 6] = [
+        ("POST", "/Demo/counter/v/increment", 400, "invalid_name"),
+        ("POST", "/demo/counter/%FF/increment", 400, "invalid_name"),
+        ("POST", "/demo/nope/v/increment", 404, "unknown_class"),
+        ("POST", "/demo/counter", 404, "no_route"),
+        ("GET", "/_wasmkeep/nothing", 404, "no_route"),
+        ("POST", "/demo/trap/v/panic", 500, "guest_failed"),
+    ];
+    for (method, path, status, code) in cases {
+        let r = server.req(method, path);
+        assert_eq!(
+            (r.status, r.json_code().as_str()),
+            (status, code),
+            "{method} {path}: {}",
+            r.text()
+        );
+    }
+    let huge = request(
+        &server.addr,
+        "POST",
+        "/demo/counter/v/increment",
+        &[("content-length", "40000000")],
+        b"",
+    );
+    assert_eq!(
+        (huge.status, huge.json_code().as_str()),
+        (413, "body_too_large")
+    );
+    // The trapped actor serves its next event on a fresh instance.
+    assert_eq!(server.req("GET", "/demo/trap/v/count").status, 200);
+    assert_eq!(count(&server, "v"), 1, "bad requests changed the count");
+}
+
+#[test]
+fn calls_reach_other_actors_and_cycles_fail_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let ks = format!("ks={}", guest("kitchen-sink").display());
+    let server = dev(dir.path(), &[ks.as_str()]);
+    // a calls b; b answers its /inner path with kitchen-sink's 404.
+    let r = server.req("POST", "/demo/ks/a/call?class=ks&name=b");
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert!(r.text().contains("no route /inner"), "{}", r.text());
+    // a calls a: a cycle, refused instead of a deadlock.
+    let r = server.req("POST", "/demo/ks/a/call?class=ks&name=a");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().contains("call cycle"), "{}", r.text());
+}
+
+#[test]
+fn marker_headers_from_clients_do_not_reach_the_actor() {
+    let dir = tempfile::tempdir().unwrap();
+    let ks = format!("ks={}", guest("kitchen-sink").display());
+    let server = dev(dir.path(), &[ks.as_str()]);
+    let r = request(
+        &server.addr,
+        "GET",
+        "/demo/ks/e/echo?q=1",
+        &[("x-wasmkeep-node", "evil"), ("x-mine", "ok")],
+        b"",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-path"), Some("/echo?q=1"));
+    assert_eq!(r.header("x-mine"), Some("ok"));
+    assert_eq!(r.header("x-wasmkeep-node"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_round_trip_close_event_and_1012_on_shutdown() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let counter = format!("counter={}", guest("counter").display());
+    let ks = format!("ks={}", guest("kitchen-sink").display());
+    let d = dir.path().to_owned();
+    let server = tokio::task::spawn_blocking(move || {
+        let bucket = folder_bucket(&d);
+        Server::start(&d, &["dev", "--bucket", &bucket, &counter, &ks])
+    })
+    .await
+    .unwrap();
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/demo/counter/w/ws", server.addr))
+            .await
+            .unwrap();
+    ws.send(Message::text("inc")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("1"));
+    ws.send(Message::text("inc")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("2"));
+
+    // kitchen-sink echoes, and a client close reaches the actor as an event.
+    let (mut echo, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/demo/ks/k/ws", server.addr))
+            .await
+            .unwrap();
+    echo.send(Message::text("hello")).await.unwrap();
+    assert_eq!(echo.next().await.unwrap().unwrap(), Message::text("hello"));
+    let addr = server.addr.clone();
+    let listed = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || request(&addr, "GET", "/demo/ks/k/sockets/list", &[], b"").text()
+    })
+    .await
+    .unwrap();
+    assert!(
+        !listed.trim().is_empty() && listed.trim() != "[]",
+        "socket not listed: {listed:?}"
+    );
+    echo.close(None).await.unwrap();
+    let server = tokio::task::spawn_blocking(move || {
+        server.wait_until("the close event", |s| s.logs().contains("socket-close id="));
+        server
+    })
+    .await
+    .unwrap();
+
+    // A message over the limit (1 MiB) closes that socket with 1009.
+    let (mut big, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/demo/ks/big/ws"))
+        .await
+        .unwrap();
+    big.send(Message::binary(vec![7u8; 1536 * 1024]))
+        .await
+        .unwrap();
+    let code = loop {
+        match big.next().await {
+            Some(Ok(Message::Close(frame))) => break frame.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            other => panic!("socket ended without a close frame: {other:?}"),
+        }
+    };
+    assert_eq!(code, Some(1009));
+
+    // Shutdown closes the counter's socket with 1012 and exits cleanly.
+    let stopped = tokio::task::spawn_blocking(move || server.stop());
+    let code = loop {
+        match ws.next().await {
+            Some(Ok(Message::Close(frame))) => break frame.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            other => panic!("socket ended without a close frame: {other:?}"),
+        }
+    };
+    assert_eq!(code, Some(1012));
+    assert!(stopped.await.unwrap(), "graceful shutdown exits 0");
+}
+
+#[test]
+fn serve_runs_classes_deployed_with_the_deploy_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = folder_bucket(dir.path());
+    let out = std::process::Command::new(common::BIN)
+        .args([
+            "deploy",
+            "counter",
+            guest("counter").to_str().unwrap(),
+            "--bucket",
+            &bucket,
+        ])
+        .args([
+            "--app",
+            "shop",
+            "--data-dir",
+            common::data_dir().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "deploy failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("counter "),
+        "deploy prints the class and digest on stdout: {stdout:?}"
+    );
+    let server = Server::start(
+        dir.path(),
+        &[
+            "serve",
+            "--bucket",
+            &bucket,
+            "--app",
+            "shop",
+            "--node-id",
+            "n1",
+            "--log-format",
+            "json",
+        ],
+    );
+    assert_eq!(server.req("POST", "/acme/counter/x/increment").text(), "1");
+    let first_line = server
+        .logs()
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .map(str::to_owned);
+    assert!(
+        first_line.is_some(),
+        "json logs expected:\n{}",
+        server.logs()
+    );
+    // Another app in the same bucket does not see the class.
+    let other = Server::start(
+        dir.path(),
+        &[
+            "serve",
+            "--bucket",
+            &bucket,
+            "--app",
+            "other",
+            "--node-id",
+            "n2",
+        ],
+    );
+    assert_eq!(other.req("POST", "/acme/counter/x/increment").status, 404);
+}
+
+#[test]
+fn limits_answer_413_and_503_and_stop_runaway_guests() {
+    let dir = tempfile::tempdir().unwrap();
+    let guests: Vec<String> = ["counter", "spin", "hog"]
+        .iter()
+        .map(|g| format!("{g}={}", guest(g).display()))
+        .collect();
+    let mut args: Vec<&str> = guests.iter().map(String::as_str).collect();
+    args.extend([
+        "--max-body-bytes",
+        "1024",
+        "--max-mailbox-events",
+        "1",
+        "--event-time-max",
+        "2s",
+    ]);
+    let server = dev(dir.path(), &args);
+
+    // Bodies over the limit: announced, or streamed (chunked) without a length.
+    let announced = request(
+        &server.addr,
+        "POST",
+        "/demo/counter/l/increment",
+        &[],
+        &[b'x'; 2000],
+    );
+    assert_eq!(
+        (announced.status, announced.json_code().as_str()),
+        (413, "body_too_large")
+    );
+    let mut chunked = Vec::new();
+    for _ in 0..4 {
+        chunked.extend_from_slice(b"400\r\n");
+        chunked.extend_from_slice(&[b'y'; 1024]);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let streamed = request(
+        &server.addr,
+        "POST",
+        "/demo/counter/l/increment",
+        &[("transfer-encoding", "chunked")],
+        &chunked,
+    );
+    assert_eq!(
+        (streamed.status, streamed.json_code().as_str()),
+        (413, "body_too_large")
+    );
+    assert_eq!(count(&server, "l"), 0, "a refused body changed the actor");
+
+    // A guest that allocates without bound is stopped; the next event gets a fresh instance.
+    let hog = server.req("GET", "/demo/hog/h/hog");
+    assert_eq!(
+        (hog.status, hog.json_code().as_str()),
+        (500, "guest_failed")
+    );
+    assert_eq!(server.req("GET", "/demo/hog/h/count").text(), "1");
+
+    // A spinning guest is stopped at the event time limit; meanwhile its
+    // mailbox (room for 1) refuses extra events with 503, and other actors serve.
+    let before = server.metric("wasmkeep_events_total");
+    let addr = server.addr.clone();
+    let spin = std::thread::spawn(move || request(&addr, "GET", "/demo/spin/s/spin", &[], b""));
+    server.wait_until("the spin event starts", |s| {
+        s.metric("wasmkeep_events_total") > before
+    });
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = server.addr.clone();
+            std::thread::spawn(move || request(&addr, "GET", "/demo/spin/s/count", &[], b""))
+        })
+        .collect();
+    assert_eq!(
+        server.req("POST", "/demo/counter/l/increment").text(),
+        "1",
+        "another actor is served"
+    );
+    let statuses: Vec<(u16, Option<String>)> = waiting
+        .into_iter()
+        .map(|t| {
+            let r = t.join().unwrap();
+            (r.status, r.header("retry-after").map(str::to_owned))
+        })
+        .collect();
+    assert!(
+        statuses
+            .iter()
+            .any(|(status, retry)| *status == 503 && retry.is_some()),
+        "no 503 with Retry-After from a full mailbox: {statuses:?}"
+    );
+    let spun = spin.join().unwrap();
+    assert_eq!(
+        (spun.status, spun.json_code().as_str()),
+        (500, "guest_failed"),
+        "{}",
+        spun.text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockets_per_actor_are_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let server = tokio::task::spawn_blocking(move || dev(&d, &["--max-sockets-per-actor", "1"]))
+        .await
+        .unwrap();
+    let url = format!("ws://{}/demo/counter/full/ws", server.addr);
+    let (_first, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    match tokio_tungstenite::connect_async(&url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503);
+            assert!(response.headers().contains_key("retry-after"));
+        }
+        other => panic!("a second socket was not refused: {other:?}"),
+    }
+    // Another actor still accepts sockets.
+    let other = format!("ws://{}/demo/counter/free/ws", server.addr);
+    assert!(tokio_tungstenite::connect_async(&other).await.is_ok());
+    tokio::task::spawn_blocking(move || drop(server))
+        .await
+        .unwrap();
+}

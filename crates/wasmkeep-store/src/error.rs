@@ -1,0 +1,44 @@
+//! The store's one error type: each variant says what the caller does next.
+
+use wasmkeep_types::ActorId;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Another writer extended the actor's log: this store must stop serving
+    /// the actor (drop it; the ownership protocol decides who holds it).
+    #[error("actor {actor} is fenced: another writer extended its log at record {seq}")]
+    Fenced { actor: ActorId, seq: u64 },
+    /// A stored object does not verify; the actor cannot be restored until an
+    /// operator looks. Never loaded silently.
+    #[error("corrupt actor data at {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    /// Writing a record failed (the bucket kept failing, or the outcome could
+    /// not be settled): the store is unusable; drop the actor and restore it.
+    #[error(
+        "actor {actor}: log record {seq} was not written ({reason}); the store must be reopened"
+    )]
+    Broken {
+        actor: ActorId,
+        seq: u64,
+        reason: String,
+    },
+    /// One event wrote more than one log record may hold.
+    #[error(
+        "the event changed {bytes} bytes of the database, more than record_bytes_max ({limit}); its writes were discarded"
+    )]
+    EventTooLarge { bytes: usize, limit: usize },
+    /// The event's transaction was rolled back by SQLite (e.g. the database
+    /// is full): the event's writes are gone and it must fail.
+    #[error("the event's transaction was rolled back: {0}")]
+    EventAborted(String),
+    /// SQLite refused to commit or to set up the database.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error(transparent)]
+    Bucket(#[from] wasmkeep_bucket::Error),
+    /// The flusher is gone (the runtime shut down).
+    #[error("the store's flusher stopped")]
+    Closed,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,77 @@
+//! An actor's SQLite database, kept in the bucket (ADR 0002).
+//!
+//! The database lives in memory in the node (an in-memory VFS, no file per
+//! actor). Each event is one SQLite transaction; after its COMMIT the pages it
+//! wrote are its change set. Change sets become log records
+//! (`Keys::actor_log(actor, seq)`) written with put-if-absent: a record that
+//! cannot be created because the key exists means another writer extended the
+//! log, and this store is fenced. One record is in flight per actor; events
+//! that commit meanwhile join the next record (group commit). An event's
+//! output gate resolves when the record holding its writes is durable.
+//! Snapshots (`Keys::actor_snapshot`) bound restore time and bucket size.
+//!
+//! Modules: `vfs` (the in-memory file and its written-page tracking),
+//! `record` (the bytes of records and snapshots), `restore` (reading them
+//! back), `sql` (guest SQL values and the authorizer), `store` (the
+//! [`ActorStore`] and its flusher).
+
+mod error;
+mod record;
+mod restore;
+mod sql;
+mod store;
+mod vfs;
+
+use std::time::Duration;
+
+pub use error::{Error, Result};
+pub use record::FORMAT_VERSION;
+pub use sql::{QueryRows, SqlError, SqlParam, SqlValue};
+pub use store::{ActorStore, OutputGate};
+pub use vfs::PAGE_BYTES;
+
+/// Limits and thresholds of one actor's store. Every limit has a name.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Write a snapshot once this many log records follow the last one.
+    pub snapshot_log_records: u64,
+    /// ... or once the records since the last snapshot hold this many bytes.
+    pub snapshot_log_bytes: u64,
+    /// Largest log record (one event's change set must fit in one record;
+    /// group commit starts a new record rather than exceed it).
+    pub record_bytes_max: usize,
+    /// Largest database (SQLite `max_page_count`); a write past it fails
+    /// with SQLite's "database or disk is full".
+    pub database_bytes_max: u64,
+    /// Largest query result handed to a guest.
+    pub query_bytes_max: usize,
+    /// Longest a single guest statement may run before it is interrupted.
+    pub statement_time_max: Duration,
+    /// Attempts to write one record (or alarm index) before the store breaks.
+    pub write_attempts_max: u32,
+    /// Wait before the first retry of a failed write; doubles each attempt.
+    pub write_retry_backoff: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            snapshot_log_records: 256,
+            snapshot_log_bytes: 64 << 20,
+            record_bytes_max: 32 << 20,
+            database_bytes_max: 1 << 30,
+            query_bytes_max: 32 << 20,
+            statement_time_max: Duration::from_secs(10),
+            write_attempts_max: 6,
+            write_retry_backoff: Duration::from_millis(20),
+        }
+    }
+}
+
+/// Who writes a log record: written into every record, so a writer can tell
+/// its own record from another's after a lost reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterId {
+    pub node: String,
+    pub incarnation: String,
+}

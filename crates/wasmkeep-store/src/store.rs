@@ -1,0 +1,1050 @@
+//! [`ActorStore`]: one actor's database, its events, and the flusher that
+//! turns committed events into log records (group commit).
+//!
+//! Two halves share [`Shared`]:
+//! - the store, used by the actor's mailbox task, runs each event as one
+//!   SQLite transaction and, at COMMIT, moves the pages the event changed
+//!   into the queue of records to write (merging into the newest queued
+//!   record while it is not yet being written and stays under
+//!   `record_bytes_max`);
+//! - the flusher, a tokio task per store, writes the queued records one at a
+//!   time, in order, with put-if-absent, and publishes how far the log is
+//!   durable. Output gates watch that number.
+//!
+//! A failed record write (fenced, or the bucket failing past the retries)
+//! fails that record's gates and every later one, and the store refuses
+//! further events: the node drops the actor and restores it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params_from_iter};
+use tokio::sync::{Notify, watch};
+use wasmkeep_bucket::{Bucket, Error as BucketError};
+use wasmkeep_types::{ActorId, Keys};
+
+use crate::record::{self, Header, Kind};
+use crate::restore;
+use crate::sql::{self, Guard, QueryRows, SqlError, SqlValue};
+use crate::vfs::{Changes, MemFile, PAGE_BYTES, Page, SharedFile, VFS_NAME};
+use crate::{Error, Result, StoreConfig, WriterId};
+
+/// Statements kept prepared per connection.
+const STATEMENT_CACHE_CAPACITY: usize = 64;
+/// SQLite's page cache per connection, KiB. The file itself is in memory, so
+/// a large cache would only hold a second copy of hot pages.
+const PAGE_CACHE_KIB: u32 = 1024;
+/// SQLite VM steps between two checks of the statement deadline.
+const PROGRESS_STEPS: i32 = 10_000;
+
+static DB_NAMES: AtomicU64 = AtomicU64::new(0);
+
+/// A record waiting to be written.
+struct Pending {
+    seq: u64,
+    pages: BTreeMap<u32, Arc<Page>>,
+    db_pages: u32,
+    alarm_ms: Option<i64>,
+    /// The whole database as of this record, when it is to be snapshotted.
+    image: Option<Vec<Arc<Page>>>,
+}
+
+#[derive(Debug, Clone)]
+enum FailureKind {
+    Fenced,
+    Broken(String),
+}
+
+#[derive(Debug, Clone)]
+struct Failure {
+    seq: u64,
+    kind: FailureKind,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    /// Every record up to this one is durable.
+    durable_seq: u64,
+    failure: Option<Failure>,
+    /// Snapshots handed to the snapshot writer and not finished.
+    snapshots_pending: u64,
+}
+
+struct FlushState {
+    queue: VecDeque<Pending>,
+    /// Sequence number the next new record gets.
+    next_seq: u64,
+    closed: bool,
+    failure: Option<Failure>,
+}
+
+struct Shared {
+    bucket: Arc<dyn Bucket>,
+    keys: Keys,
+    actor: ActorId,
+    writer: WriterId,
+    config: StoreConfig,
+    state: Mutex<FlushState>,
+    wake: Notify,
+    progress: watch::Sender<Progress>,
+}
+
+impl Shared {
+    fn error_for(&self, f: &Failure) -> Error {
+        match &f.kind {
+            FailureKind::Fenced => Error::Fenced {
+                actor: self.actor.clone(),
+                seq: f.seq,
+            },
+            FailureKind::Broken(reason) => Error::Broken {
+                actor: self.actor.clone(),
+                seq: f.seq,
+                reason: reason.clone(),
+            },
+        }
+    }
+
+    fn header_text_bytes(&self) -> usize {
+        self.actor.to_string().len() + self.writer.node.len() + self.writer.incarnation.len()
+    }
+}
+
+/// Resolves when every write up to and including its event is durable
+/// (`Ok`), or when the record holding them failed (`Err`).
+pub struct OutputGate {
+    inner: BoxFuture<'static, Result<()>>,
+}
+
+impl OutputGate {
+    fn ready() -> Self {
+        Self {
+            inner: Box::pin(std::future::ready(Ok(()))),
+        }
+    }
+
+    fn waiting(shared: &Arc<Shared>, target: u64) -> Self {
+        let mut rx = shared.progress.subscribe();
+        let shared = Arc::clone(shared);
+        Self {
+            inner: Box::pin(async move {
+                loop {
+                    {
+                        let p = rx.borrow_and_update();
+                        if p.durable_seq >= target {
+                            return Ok(());
+                        }
+                        if let Some(f) = &p.failure
+                            && f.seq <= target
+                        {
+                            return Err(shared.error_for(f));
+                        }
+                    }
+                    if rx.changed().await.is_err() {
+                        return Err(Error::Closed);
+                    }
+                }
+            }),
+        }
+    }
+}
+
+impl Future for OutputGate {
+    type Output = Result<()>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl std::fmt::Debug for OutputGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OutputGate")
+    }
+}
+
+/// One actor's database; used from one task (the mailbox).
+pub struct ActorStore {
+    conn: Connection,
+    file: SharedFile,
+    db_name: String,
+    guard: Arc<Guard>,
+    deadline: Arc<Mutex<Option<Instant>>>,
+    shared: Arc<Shared>,
+    in_event: bool,
+    event_aborted: Option<String>,
+    committed_alarm: Option<i64>,
+    event_alarm: Option<i64>,
+    records_since_snapshot: u64,
+    bytes_since_snapshot: u64,
+    /// Set when this side (not the flusher) made the store unusable.
+    local_failure: Option<String>,
+}
+
+impl std::fmt::Debug for ActorStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActorStore")
+            .field("actor", &self.shared.actor)
+            .field("db_name", &self.db_name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn open_connection(
+    name: &str,
+    config: &StoreConfig,
+    guard: &Arc<Guard>,
+    deadline: &Arc<Mutex<Option<Instant>>>,
+) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let vfs = VFS_NAME.to_str().expect("the VFS name is ASCII");
+    let conn = Connection::open_with_flags_and_vfs(name, flags, vfs)?;
+    // page_size only takes effect on an empty database; a restored one keeps
+    // the size in its header, which the record format pins to 4096.
+    let max_pages = (config.database_bytes_max / PAGE_BYTES as u64).max(1);
+    conn.execute_batch(&format!(
+        "PRAGMA page_size = {PAGE_BYTES};
+         PRAGMA locking_mode = EXCLUSIVE;
+         PRAGMA journal_mode = MEMORY;
+         PRAGMA synchronous = OFF;
+         PRAGMA temp_store = MEMORY;
+         PRAGMA cache_size = -{PAGE_CACHE_KIB};
+         PRAGMA max_page_count = {max_pages};"
+    ))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("memory") {
+        return Err(Error::Sqlite(rusqlite::Error::InvalidParameterName(
+            format!("journal_mode is {mode}, not memory"),
+        )));
+    }
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    sql::install_authorizer(&conn, Arc::clone(guard));
+    let deadline = Arc::clone(deadline);
+    conn.progress_handler(
+        PROGRESS_STEPS,
+        Some(move || deadline.lock().is_some_and(|d| Instant::now() > d)),
+    );
+    Ok(conn)
+}
+
+fn read_alarm_table(conn: &Connection) -> Result<Option<i64>> {
+    let exists: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_wasmkeep_alarm'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let at: Option<Option<i64>> = conn
+        .query_row("SELECT at_ms FROM _wasmkeep_alarm WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    Ok(at.flatten())
+}
+
+impl ActorStore {
+    /// Restores from the bucket (newest snapshot + log after it); creates an
+    /// empty database if the actor has no data. Must run inside a tokio
+    /// runtime (the flusher is a task).
+    pub async fn open(
+        bucket: Arc<dyn Bucket>,
+        keys: Keys,
+        actor: ActorId,
+        writer: WriterId,
+        config: StoreConfig,
+    ) -> Result<Self> {
+        let restored = restore::load(&*bucket, &keys, &actor).await?;
+        let file: SharedFile = Arc::new(Mutex::new(MemFile::with_pages(restored.pages)));
+        let db_name = format!("wasmkeep-db-{}", DB_NAMES.fetch_add(1, Ordering::Relaxed));
+        MemFile::register(&db_name, Arc::clone(&file));
+        let guard = Arc::new(Guard::default());
+        let deadline = Arc::new(Mutex::new(None));
+        let conn = match open_connection(&db_name, &config, &guard, &deadline) {
+            Ok(c) => c,
+            Err(e) => {
+                MemFile::unregister(&db_name);
+                return Err(e);
+            }
+        };
+        let alarm = read_alarm_table(&conn);
+        let alarm = match alarm {
+            Ok(a) => a,
+            Err(e) => {
+                MemFile::unregister(&db_name);
+                return Err(e);
+            }
+        };
+        // The alarm is kept twice (table and record header); they must agree.
+        if alarm != restored.alarm_ms {
+            MemFile::unregister(&db_name);
+            return Err(Error::Corrupt {
+                key: keys.actor_log(&actor, restored.last_seq),
+                reason: format!(
+                    "the alarm in the database ({alarm:?}) differs from the record header ({:?})",
+                    restored.alarm_ms
+                ),
+            });
+        }
+        // Setting pragmas must not have produced a change (that would be a
+        // record written for an actor nobody wrote to).
+        let stray = file.lock().take_changes();
+        debug_assert!(
+            stray.is_empty(),
+            "opening wrote pages: {:?}",
+            stray.pages.len()
+        );
+
+        // The index may lag a record that failed after the index was
+        // rewritten; put it back to the committed value.
+        if let Some(at) = alarm {
+            put_retrying(
+                &*bucket,
+                &keys.alarm(&actor),
+                Bytes::from(at.to_string()),
+                &config,
+            )
+            .await?;
+        }
+
+        let (progress, _) = watch::channel(Progress {
+            durable_seq: restored.last_seq,
+            ..Progress::default()
+        });
+        let shared = Arc::new(Shared {
+            bucket,
+            keys,
+            actor,
+            writer,
+            state: Mutex::new(FlushState {
+                queue: VecDeque::new(),
+                next_seq: restored.last_seq + 1,
+                closed: false,
+                failure: None,
+            }),
+            config,
+            wake: Notify::new(),
+            progress,
+        });
+        let slot = Arc::new(SnapshotSlot::default());
+        tokio::spawn(snapshot_writer(Arc::clone(&shared), Arc::clone(&slot)));
+        tokio::spawn(flusher(Arc::clone(&shared), alarm, slot));
+        Ok(Self {
+            conn,
+            file,
+            db_name,
+            guard,
+            deadline,
+            shared,
+            in_event: false,
+            event_aborted: None,
+            committed_alarm: alarm,
+            event_alarm: alarm,
+            records_since_snapshot: restored.records_since_snapshot,
+            bytes_since_snapshot: restored.bytes_since_snapshot,
+            local_failure: None,
+        })
+    }
+
+    /// True when the actor has any data in the bucket.
+    pub async fn exists(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> Result<bool> {
+        let page = bucket.list_page(&keys.actor_prefix(actor), None).await?;
+        Ok(!page.objects.is_empty())
+    }
+
+    /// The committed alarm, read from the newest record's header (nothing is
+    /// kept open and no component is needed).
+    pub async fn read_alarm(
+        bucket: Arc<dyn Bucket>,
+        keys: &Keys,
+        actor: &ActorId,
+    ) -> Result<Option<i64>> {
+        restore::alarm(&*bucket, keys, actor).await
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if let Some(reason) = &self.local_failure {
+            return Err(Error::Broken {
+                actor: self.shared.actor.clone(),
+                seq: self.shared.state.lock().next_seq,
+                reason: reason.clone(),
+            });
+        }
+        match &self.shared.state.lock().failure {
+            Some(f) => Err(self.shared.error_for(f)),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts an event: one SQLite transaction until commit or rollback.
+    pub fn begin_event(&mut self) -> Result<()> {
+        self.check_usable()?;
+        if self.in_event {
+            return Ok(());
+        }
+        self.conn.execute_batch("BEGIN")?;
+        self.in_event = true;
+        self.event_aborted = None;
+        Ok(())
+    }
+
+    fn guest_call<T>(
+        &mut self,
+        run: impl FnOnce(&Connection, usize) -> rusqlite::Result<T>,
+    ) -> Result<T, SqlError> {
+        if !self.in_event {
+            self.begin_event()
+                .map_err(|e| SqlError::new(e.to_string()))?;
+        }
+        self.note_lost_transaction();
+        if let Some(reason) = &self.event_aborted {
+            return Err(SqlError::new(format!(
+                "the event's transaction was rolled back earlier: {reason}"
+            )));
+        }
+        *self.deadline.lock() = Some(Instant::now() + self.shared.config.statement_time_max);
+        self.guard.set_guest(true);
+        let result = run(&self.conn, self.shared.config.query_bytes_max);
+        self.guard.set_guest(false);
+        *self.deadline.lock() = None;
+        let result = result.map_err(|e| {
+            let mut e = sql::guest_error(e, &self.guard);
+            if e.message == "interrupted" {
+                e.message = format!(
+                    "interrupted: the statement ran longer than statement_time_max ({:?})",
+                    self.shared.config.statement_time_max
+                );
+            }
+            e
+        });
+        if self.conn.is_autocommit() {
+            // SQLite rolled the whole transaction back (e.g. database full):
+            // the event's earlier writes are gone; it must fail as a whole.
+            let reason = match &result {
+                Err(e) => e.message.clone(),
+                Ok(_) => "the transaction ended inside a statement".into(),
+            };
+            self.event_aborted = Some(reason.clone());
+            return Err(SqlError::new(format!(
+                "the event's transaction was rolled back: {reason}"
+            )));
+        }
+        result
+    }
+
+    /// Runs one statement that returns no rows; the number of rows changed.
+    pub fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, SqlError> {
+        check_statement_text(sql)?;
+        self.guest_call(|conn, _| {
+            let mut stmt = conn.prepare_cached(sql)?;
+            stmt.execute(params_from_iter(params.iter()))
+                .map(|n| n as u64)
+        })
+    }
+
+    /// Runs one statement and returns its rows (at most `query_bytes_max`).
+    pub fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<QueryRows, SqlError> {
+        check_statement_text(sql)?;
+        let mut too_big = false;
+        let out = self.guest_call(|conn, bytes_max| {
+            let mut stmt = conn.prepare_cached(sql)?;
+            let columns: Vec<String> = stmt.column_names().into_iter().map(str::to_owned).collect();
+            let n = columns.len();
+            let mut rows = stmt.query(params_from_iter(params.iter()))?;
+            let mut out = QueryRows {
+                columns,
+                rows: Vec::new(),
+            };
+            let mut bytes = 0usize;
+            while let Some(row) = rows.next()? {
+                let mut values = Vec::with_capacity(n);
+                for i in 0..n {
+                    let v = SqlValue::from_ref(row.get_ref(i)?);
+                    bytes += v.cost_bytes();
+                    values.push(v);
+                }
+                if bytes > bytes_max {
+                    too_big = true;
+                    break;
+                }
+                out.rows.push(values);
+            }
+            Ok(out)
+        })?;
+        if too_big {
+            return Err(SqlError::new(format!(
+                "the result is larger than query_bytes_max ({} bytes): select fewer rows (LIMIT) or columns",
+                self.shared.config.query_bytes_max
+            )));
+        }
+        Ok(out)
+    }
+
+    /// The alarm as this event sees it (its own changes included).
+    pub fn alarm(&self) -> Option<i64> {
+        self.event_alarm
+    }
+
+    /// Sets or clears the alarm, inside the event's transaction: it commits
+    /// (and is durable) together with the event's other writes.
+    pub fn set_alarm(&mut self, at_ms: Option<i64>) -> Result<()> {
+        if at_ms == self.event_alarm {
+            return Ok(());
+        }
+        self.begin_event()?;
+        self.note_lost_transaction();
+        if let Some(reason) = &self.event_aborted {
+            return Err(Error::EventAborted(reason.clone()));
+        }
+        let result = self.write_alarm(at_ms);
+        self.note_lost_transaction();
+        result?;
+        self.event_alarm = at_ms;
+        Ok(())
+    }
+
+    /// A statement error can make SQLite roll back the whole transaction
+    /// (a full database, an interrupt). The event then must fail whole, and
+    /// no later statement may run outside a transaction.
+    fn note_lost_transaction(&mut self) {
+        if self.in_event && self.event_aborted.is_none() && self.conn.is_autocommit() {
+            self.event_aborted = Some("SQLite rolled the transaction back after an error".into());
+        }
+    }
+
+    fn write_alarm(&mut self, at_ms: Option<i64>) -> Result<()> {
+        // Store statements: authorizer off (guard not in guest mode), not cached.
+        match at_ms {
+            Some(at) => {
+                self.conn.execute(
+                    "CREATE TABLE IF NOT EXISTS _wasmkeep_alarm (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms INTEGER NOT NULL)",
+                    [],
+                )?;
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO _wasmkeep_alarm (id, at_ms) VALUES (1, ?1)",
+                    [at],
+                )?;
+            }
+            None => {
+                self.conn
+                    .execute("DELETE FROM _wasmkeep_alarm WHERE id = 1", [])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the event: commits its transaction and returns its output gate.
+    pub fn commit_event(&mut self) -> Result<OutputGate> {
+        if let Err(e) = self.check_usable() {
+            self.rollback_event();
+            return Err(e);
+        }
+        self.note_lost_transaction();
+        if let Some(reason) = self.event_aborted.take() {
+            self.rollback_event();
+            return Err(Error::EventAborted(reason));
+        }
+        if self.in_event {
+            if let Err(e) = self.conn.execute_batch("COMMIT") {
+                self.rollback_event();
+                return Err(e.into());
+            }
+            self.in_event = false;
+        }
+        let changes = self.file.lock().changes();
+        if changes.is_empty() {
+            self.file.lock().accept_changes();
+            self.committed_alarm = self.event_alarm;
+            return Ok(self.gate_for_reader());
+        }
+        let text = self.shared.header_text_bytes();
+        let bytes = record::encoded_len(changes.pages.len(), text);
+        let limit = self.shared.config.record_bytes_max;
+        if bytes > limit {
+            if let Err(e) = self.undo_committed_event() {
+                // The file and SQLite may now disagree: nothing more may be
+                // written (records already queued are still written).
+                self.local_failure = Some(format!("undoing an oversized event failed: {e}"));
+                return Err(e);
+            }
+            return Err(Error::EventTooLarge { bytes, limit });
+        }
+        self.file.lock().accept_changes();
+        self.committed_alarm = self.event_alarm;
+        let target = self.enqueue(changes, text);
+        self.shared.wake.notify_one();
+        Ok(OutputGate::waiting(&self.shared, target))
+    }
+
+    /// A gate for an event that wrote nothing: it may have read data that is
+    /// committed in memory but not yet durable, so it waits for the newest
+    /// record; with nothing pending it is ready at once.
+    fn gate_for_reader(&self) -> OutputGate {
+        let last = self.shared.state.lock().next_seq - 1;
+        if self.shared.progress.borrow().durable_seq >= last {
+            OutputGate::ready()
+        } else {
+            OutputGate::waiting(&self.shared, last)
+        }
+    }
+
+    /// Puts an event's changes into the newest queued record, or a new one.
+    fn enqueue(&mut self, changes: Changes, text: usize) -> u64 {
+        let limit = self.shared.config.record_bytes_max;
+        let mut st = self.shared.state.lock();
+        let fits = st.queue.back().is_some_and(|back| {
+            let added = changes
+                .pages
+                .iter()
+                .filter(|(i, _)| !back.pages.contains_key(i))
+                .count();
+            record::encoded_len(back.pages.len() + added, text) <= limit
+        });
+        if !fits {
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            self.records_since_snapshot += 1;
+            let config = &self.shared.config;
+            let image = (self.records_since_snapshot >= config.snapshot_log_records
+                || self.bytes_since_snapshot >= config.snapshot_log_bytes)
+                .then(|| {
+                    self.records_since_snapshot = 0;
+                    self.bytes_since_snapshot = 0;
+                    self.file.lock().image()
+                });
+            st.queue.push_back(Pending {
+                seq,
+                pages: BTreeMap::new(),
+                db_pages: changes.db_pages,
+                alarm_ms: None,
+                image,
+            });
+        }
+        self.bytes_since_snapshot += (changes.pages.len() * (PAGE_BYTES + 4)) as u64;
+        let back = st.queue.back_mut().expect("pushed above");
+        back.db_pages = changes.db_pages;
+        back.alarm_ms = self.committed_alarm;
+        back.pages.retain(|i, _| *i < changes.db_pages);
+        if let Some(image) = &mut back.image {
+            image.resize_with(changes.db_pages as usize, || Arc::new([0; PAGE_BYTES]));
+            for (i, page) in &changes.pages {
+                image[*i as usize] = Arc::clone(page);
+            }
+        }
+        for (i, page) in changes.pages {
+            back.pages.insert(i, page);
+        }
+        back.seq
+    }
+
+    /// Takes back an event that SQLite committed but the store refuses:
+    /// the file goes back to the last collection and the connection is
+    /// reopened so SQLite's cache forgets the event too.
+    fn undo_committed_event(&mut self) -> Result<()> {
+        self.file.lock().undo_since_collection();
+        let conn = open_connection(
+            &self.db_name,
+            &self.shared.config,
+            &self.guard,
+            &self.deadline,
+        )?;
+        self.conn = conn;
+        self.event_alarm = self.committed_alarm;
+        Ok(())
+    }
+
+    /// The event failed (a trap): its writes are discarded.
+    pub fn rollback_event(&mut self) {
+        if !self.conn.is_autocommit()
+            && let Err(e) = self.conn.execute_batch("ROLLBACK")
+        {
+            tracing::warn!(actor = %self.shared.actor, error = %e, "rollback failed");
+        }
+        self.in_event = false;
+        self.event_aborted = None;
+        self.event_alarm = self.committed_alarm;
+    }
+
+    /// Waits until everything committed so far is durable, and any snapshot
+    /// under way is written (used before hibernation and hand-over).
+    pub async fn flush(&mut self) -> Result<()> {
+        let last = self.shared.state.lock().next_seq - 1;
+        OutputGate::waiting(&self.shared, last).await?;
+        let mut rx = self.shared.progress.subscribe();
+        while rx.borrow_and_update().snapshots_pending > 0 {
+            if rx.changed().await.is_err() {
+                return Err(Error::Closed);
+            }
+        }
+        Ok(())
+    }
+
+    /// True once another writer extended the log: stop serving this actor.
+    pub fn is_fenced(&self) -> bool {
+        matches!(
+            self.shared.state.lock().failure,
+            Some(Failure {
+                kind: FailureKind::Fenced,
+                ..
+            })
+        )
+    }
+
+    /// True once a record failed for any reason (fenced or broken).
+    pub fn is_failed(&self) -> bool {
+        self.shared.state.lock().failure.is_some()
+    }
+
+    pub fn database_bytes(&self) -> u64 {
+        self.file.lock().size_bytes()
+    }
+
+    /// The last record number known durable (for tests and metrics).
+    pub fn durable_seq(&self) -> u64 {
+        self.shared.progress.borrow().durable_seq
+    }
+}
+
+impl Drop for ActorStore {
+    fn drop(&mut self) {
+        // The flusher finishes the queued records (their gates may still be
+        // awaited) and then exits.
+        self.shared.state.lock().closed = true;
+        self.shared.wake.notify_one();
+        MemFile::unregister(&self.db_name);
+    }
+}
+
+/// Refuses what is not one statement before SQLite sees it.
+fn check_statement_text(sql: &str) -> Result<(), SqlError> {
+    if sql.trim().trim_end_matches(';').trim().is_empty() {
+        return Err(SqlError::new("empty SQL: send one statement"));
+    }
+    Ok(())
+}
+
+// ---- the flusher --------------------------------------------------------
+
+async fn flusher(shared: Arc<Shared>, durable_alarm: Option<i64>, snapshots: Arc<SnapshotSlot>) {
+    write_records(&shared, durable_alarm, &snapshots).await;
+    snapshots.finish();
+}
+
+/// Writes queued records until the store is closed and drained, or a record fails.
+async fn write_records(
+    shared: &Arc<Shared>,
+    mut durable_alarm: Option<i64>,
+    snapshots: &SnapshotSlot,
+) {
+    loop {
+        let next = {
+            let mut st = shared.state.lock();
+            if st.failure.is_some() {
+                return;
+            }
+            match st.queue.pop_front() {
+                Some(p) => Some(p),
+                None if st.closed => return,
+                None => None,
+            }
+        };
+        let Some(rec) = next else {
+            shared.wake.notified().await;
+            continue;
+        };
+        match write_record(shared, &rec, &mut durable_alarm).await {
+            Ok(()) => {
+                if let Some(image) = rec.image {
+                    let snap = Snapshot {
+                        seq: rec.seq,
+                        alarm_ms: rec.alarm_ms,
+                        image,
+                    };
+                    snapshots.offer(shared, snap);
+                }
+                shared.progress.send_modify(|p| p.durable_seq = rec.seq);
+            }
+            Err(kind) => {
+                let failure = Failure { seq: rec.seq, kind };
+                tracing::warn!(actor = %shared.actor, seq = rec.seq, failure = ?failure.kind, "log record failed; store unusable");
+                {
+                    let mut st = shared.state.lock();
+                    st.failure = Some(failure.clone());
+                    st.queue.clear();
+                }
+                shared.progress.send_modify(|p| p.failure = Some(failure));
+                return;
+            }
+        }
+    }
+}
+
+async fn write_record(
+    shared: &Shared,
+    rec: &Pending,
+    durable_alarm: &mut Option<i64>,
+) -> Result<(), FailureKind> {
+    let actor = shared.actor.to_string();
+    let header = Header {
+        kind: Kind::Log,
+        seq: rec.seq,
+        db_pages: rec.db_pages,
+        alarm_ms: rec.alarm_ms,
+        actor: &actor,
+        node: &shared.writer.node,
+        incarnation: &shared.writer.incarnation,
+    };
+    let body = record::encode(&header, rec.pages.iter().map(|(i, p)| (*i, &**p)));
+    let alarm_key = shared.keys.alarm(&shared.actor);
+    // Alarm index before a record that sets the alarm: the sweep may then see
+    // an alarm that is not committed (it checks), never miss one that is.
+    if let Some(at) = rec.alarm_ms
+        && rec.alarm_ms != *durable_alarm
+    {
+        put_retrying(
+            &*shared.bucket,
+            &alarm_key,
+            Bytes::from(at.to_string()),
+            &shared.config,
+        )
+        .await
+        .map_err(|e| FailureKind::Broken(format!("alarm index not written: {e}")))?;
+    }
+    let key = shared.keys.actor_log(&shared.actor, rec.seq);
+    put_settled(&*shared.bucket, &key, body, &shared.config).await?;
+    let before = std::mem::replace(durable_alarm, rec.alarm_ms);
+    // ... and deleted only after the record that clears it.
+    if rec.alarm_ms.is_none()
+        && before.is_some()
+        && let Err(e) = delete_retrying(&*shared.bucket, &alarm_key, &shared.config).await
+    {
+        tracing::warn!(actor = %shared.actor, error = %e, "alarm index not deleted; the sweep will find no alarm");
+    }
+    Ok(())
+}
+
+/// put-if-absent of a record whose body is unique to this writer, settled:
+/// `Ok` once our bytes are in the bucket under `key`; `Fenced` when other
+/// bytes are; `Broken` when the bucket would not tell within the retries.
+async fn put_settled(
+    bucket: &dyn Bucket,
+    key: &str,
+    body: Bytes,
+    config: &StoreConfig,
+) -> Result<(), FailureKind> {
+    let mut backoff = config.write_retry_backoff;
+    let mut last_error = String::new();
+    for attempt in 1..=config.write_attempts_max {
+        match bucket.put_if_absent(key, body.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(BucketError::Conflict { .. }) => {
+                // Ours (an earlier attempt that applied) or another writer's?
+                match bucket.get(key).await {
+                    Ok(o) if o.bytes == body => return Ok(()),
+                    Ok(_) => return Err(FailureKind::Fenced),
+                    // It existed a moment ago: another writer compacted it away.
+                    Err(BucketError::NotFound { .. }) => return Err(FailureKind::Fenced),
+                    Err(e) => last_error = e.to_string(),
+                }
+            }
+            Err(e @ (BucketError::Unavailable { .. } | BucketError::OutcomeUnknown { .. })) => {
+                last_error = e.to_string()
+            }
+            Err(e) => return Err(FailureKind::Broken(e.to_string())),
+        }
+        if attempt < config.write_attempts_max {
+            tokio::time::sleep(backoff).await;
+            backoff *= 2;
+        }
+    }
+    // Out of attempts: one last read decides if an attempt applied.
+    match bucket.get(key).await {
+        Ok(o) if o.bytes == body => Ok(()),
+        Ok(_) => Err(FailureKind::Fenced),
+        Err(e) => Err(FailureKind::Broken(format!(
+            "{} attempts failed (last: {last_error}); read-back: {e}",
+            config.write_attempts_max
+        ))),
+    }
+}
+
+async fn put_retrying(
+    bucket: &dyn Bucket,
+    key: &str,
+    body: Bytes,
+    config: &StoreConfig,
+) -> Result<(), BucketError> {
+    let mut backoff = config.write_retry_backoff;
+    let mut attempt = 1;
+    loop {
+        match bucket.put(key, body.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(e @ (BucketError::Unavailable { .. } | BucketError::OutcomeUnknown { .. }))
+                if attempt < config.write_attempts_max =>
+            {
+                tracing::debug!(key, error = %e, "retrying put");
+            }
+            Err(e) => return Err(e),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff *= 2;
+        attempt += 1;
+    }
+}
+
+async fn delete_retrying(
+    bucket: &dyn Bucket,
+    key: &str,
+    config: &StoreConfig,
+) -> Result<(), BucketError> {
+    let mut backoff = config.write_retry_backoff;
+    let mut attempt = 1;
+    loop {
+        match bucket.delete(key).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_retryable() || matches!(e, BucketError::OutcomeUnknown { .. }) => {
+                if attempt >= config.write_attempts_max {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff *= 2;
+        attempt += 1;
+    }
+}
+
+// ---- snapshots ----------------------------------------------------------------
+
+struct Snapshot {
+    seq: u64,
+    alarm_ms: Option<i64>,
+    image: Vec<Arc<Page>>,
+}
+
+/// The next snapshot to write: one slot, the newest image wins. A snapshot
+/// waiting while an older one is written is replaced by a newer one (which
+/// covers more), so the writer never falls behind by more than one.
+#[derive(Default)]
+struct SnapshotSlot {
+    next: Mutex<Option<Snapshot>>,
+    /// Set when the flusher has exited: no more snapshots will come.
+    done: std::sync::atomic::AtomicBool,
+    wake: Notify,
+}
+
+impl SnapshotSlot {
+    fn offer(&self, shared: &Shared, snap: Snapshot) {
+        let replaced = self.next.lock().replace(snap);
+        match replaced {
+            Some(old) => {
+                tracing::debug!(actor = %shared.actor, seq = old.seq, "snapshot superseded before it was written")
+            }
+            None => shared.progress.send_modify(|p| p.snapshots_pending += 1),
+        }
+        self.wake.notify_one();
+    }
+
+    fn finish(&self) {
+        self.done.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+}
+
+/// Writes snapshots one at a time, then deletes what they cover. A failure
+/// here loses nothing (the log is still whole): it is logged and the next
+/// threshold tries again.
+async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>) {
+    loop {
+        let next = slot.next.lock().take();
+        let Some(snap) = next else {
+            if slot.done.load(Ordering::SeqCst) {
+                return;
+            }
+            slot.wake.notified().await;
+            continue;
+        };
+        if let Err(e) = write_snapshot(&shared, &snap).await {
+            tracing::warn!(actor = %shared.actor, seq = snap.seq, error = %e, "snapshot not written");
+        }
+        shared.progress.send_modify(|p| p.snapshots_pending -= 1);
+    }
+}
+
+async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
+    let actor = shared.actor.to_string();
+    let header = Header {
+        kind: Kind::Snapshot,
+        seq: snap.seq,
+        db_pages: u32::try_from(snap.image.len()).expect("bounded by max_page_count"),
+        alarm_ms: snap.alarm_ms,
+        actor: &actor,
+        node: &shared.writer.node,
+        incarnation: &shared.writer.incarnation,
+    };
+    let body = record::encode(
+        &header,
+        snap.image.iter().enumerate().map(|(i, p)| (i as u32, &**p)),
+    );
+    let key = shared.keys.actor_snapshot(&shared.actor, snap.seq);
+    match put_settled(&*shared.bucket, &key, body, &shared.config).await {
+        Ok(()) => {}
+        Err(kind) => {
+            return Err(Error::Broken {
+                actor: shared.actor.clone(),
+                seq: snap.seq,
+                reason: format!("snapshot: {kind:?}"),
+            });
+        }
+    }
+    // The snapshot is durable: the records and snapshots it covers can go.
+    let bucket = &*shared.bucket;
+    for meta in bucket
+        .list(&shared.keys.actor_log_prefix(&shared.actor))
+        .await?
+    {
+        if Keys::parse_seq(&meta.key).is_ok_and(|s| s <= snap.seq) {
+            bucket.delete(&meta.key).await?;
+        }
+    }
+    for meta in bucket
+        .list(&shared.keys.actor_snapshot_prefix(&shared.actor))
+        .await?
+    {
+        if Keys::parse_seq(&meta.key).is_ok_and(|s| s < snap.seq) {
+            bucket.delete(&meta.key).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_static<T: Send + 'static>() {}
+
+    #[test]
+    fn the_store_moves_between_tasks_and_gates_outlive_it() {
+        assert_send_static::<ActorStore>();
+        assert_send_static::<OutputGate>();
+    }
+
+    #[test]
+    fn statement_text_must_hold_a_statement() {
+        assert!(check_statement_text(" ; ").is_err());
+        assert!(check_statement_text("").is_err());
+        assert!(check_statement_text("SELECT 1;").is_ok());
+    }
+}

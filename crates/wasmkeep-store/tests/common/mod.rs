@@ -1,0 +1,197 @@
+//! Test helpers: a [`Probe`] around `MemoryBucket` that counts requests and
+//! can hold log-record writes until released (to make group commit
+//! observable without sleeping).
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::{Semaphore, watch};
+use wasmkeep_bucket::{Bucket, Etag, ListPage, MemoryBucket, Object, ObjectMeta, Result};
+use wasmkeep_store::{ActorStore, SqlValue, StoreConfig, WriterId};
+use wasmkeep_types::{ActorId, AppName, Keys};
+
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub gets: AtomicU64,
+    pub puts: AtomicU64,
+    pub lists: AtomicU64,
+    pub deletes: AtomicU64,
+}
+
+/// Counts every request and can hold log-record puts.
+#[derive(Debug)]
+pub struct Probe {
+    pub inner: MemoryBucket,
+    pub counts: Counts,
+    hold: Mutex<Option<Arc<Semaphore>>>,
+    /// How many log puts have reached the bucket (held or not).
+    log_puts_entered: watch::Sender<u64>,
+}
+
+impl Probe {
+    pub fn new() -> Arc<Self> {
+        Self::over(MemoryBucket::new())
+    }
+
+    pub fn over(inner: MemoryBucket) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            counts: Counts::default(),
+            hold: Mutex::new(None),
+            log_puts_entered: watch::channel(0).0,
+        })
+    }
+
+    /// Another client of the same objects (its own faults and counters).
+    pub fn client(&self, seed: u64) -> Arc<Self> {
+        Self::over(self.inner.new_client(seed))
+    }
+
+    pub fn puts(&self) -> u64 {
+        self.counts.puts.load(Ordering::SeqCst)
+    }
+
+    pub fn gets(&self) -> u64 {
+        self.counts.gets.load(Ordering::SeqCst)
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.puts()
+            + self.gets()
+            + self.counts.lists.load(Ordering::SeqCst)
+            + self.counts.deletes.load(Ordering::SeqCst)
+    }
+
+    /// From now on, log-record puts wait until [`Probe::release`].
+    pub fn hold_log_puts(&self) {
+        *self.hold.lock() = Some(Arc::new(Semaphore::new(0)));
+    }
+
+    pub fn release(&self) {
+        if let Some(s) = self.hold.lock().take() {
+            s.add_permits(Semaphore::MAX_PERMITS / 2);
+        }
+    }
+
+    /// Waits until `n` log puts have reached the bucket.
+    pub async fn log_puts_entered(&self, n: u64) {
+        let mut rx = self.log_puts_entered.subscribe();
+        rx.wait_for(|v| *v >= n)
+            .await
+            .expect("sender lives in self");
+    }
+
+    pub fn keys_under(&self, prefix: &str) -> Vec<String> {
+        self.inner
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with(prefix))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Bucket for Probe {
+    async fn get(&self, key: &str) -> Result<Object> {
+        self.counts.gets.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.counts.gets.fetch_add(1, Ordering::SeqCst);
+        self.inner.head(key).await
+    }
+    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.counts.puts.fetch_add(1, Ordering::SeqCst);
+        if key.contains("/log/") {
+            self.log_puts_entered.send_modify(|v| *v += 1);
+            let hold = self.hold.lock().clone();
+            if let Some(sem) = hold {
+                let _permit = sem.acquire().await.expect("never closed");
+            }
+        }
+        self.inner.put_if_absent(key, bytes).await
+    }
+    async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
+        self.counts.puts.fetch_add(1, Ordering::SeqCst);
+        self.inner.put_if_match(key, bytes, etag).await
+    }
+    async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.counts.puts.fetch_add(1, Ordering::SeqCst);
+        self.inner.put(key, bytes).await
+    }
+    async fn delete(&self, key: &str) -> Result<()> {
+        self.counts.deletes.fetch_add(1, Ordering::SeqCst);
+        self.inner.delete(key).await
+    }
+    async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
+        self.counts.deletes.fetch_add(1, Ordering::SeqCst);
+        self.inner.delete_if_match(key, etag).await
+    }
+    async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
+        self.counts.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner.list_page(prefix, start_after).await
+    }
+}
+
+pub fn keys() -> Keys {
+    Keys::new(&AppName::new("test").expect("valid app"))
+}
+
+pub fn actor(name: &str) -> ActorId {
+    ActorId::parse(&format!("acme/counter/{name}")).expect("valid actor id")
+}
+
+pub fn writer(node: &str) -> WriterId {
+    WriterId {
+        node: node.into(),
+        incarnation: format!("{node}-inc"),
+    }
+}
+
+/// Fast retries so failure tests finish quickly.
+pub fn config() -> StoreConfig {
+    StoreConfig {
+        write_retry_backoff: std::time::Duration::from_millis(1),
+        write_attempts_max: 3,
+        ..StoreConfig::default()
+    }
+}
+
+pub async fn open(bucket: &Arc<Probe>, actor: &ActorId, node: &str) -> ActorStore {
+    open_with(bucket, actor, node, config()).await
+}
+
+pub async fn open_with(
+    bucket: &Arc<Probe>,
+    actor: &ActorId,
+    node: &str,
+    config: StoreConfig,
+) -> ActorStore {
+    ActorStore::open(bucket.clone(), keys(), actor.clone(), writer(node), config)
+        .await
+        .expect("open")
+}
+
+/// One event: run statements, commit, return the gate.
+pub fn event(store: &mut ActorStore, statements: &[&str]) -> wasmkeep_store::OutputGate {
+    store.begin_event().expect("begin");
+    for s in statements {
+        store.execute(s, &[]).unwrap_or_else(|e| panic!("{s}: {e}"));
+    }
+    store.commit_event().expect("commit")
+}
+
+pub fn int(store: &mut ActorStore, sql: &str) -> i64 {
+    let rows = store
+        .query(sql, &[])
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    match rows.rows.first().and_then(|r| r.first()) {
+        Some(SqlValue::Integer(i)) => *i,
+        other => panic!("{sql}: not an integer: {other:?}"),
+    }
+}

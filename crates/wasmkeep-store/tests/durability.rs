@@ -1,0 +1,746 @@
+//! Durability of an actor's database in the bucket: restore, group commit,
+//! fencing, failures at each step of a commit, corruption, snapshots, alarms.
+
+mod common;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use wasmkeep_bucket::{Bucket, Fault};
+use wasmkeep_store::{ActorStore, Error, SqlValue, StoreConfig};
+
+use common::*;
+
+#[tokio::test]
+async fn restore_round_trip_keeps_schema_data_and_nondeterministic_values() {
+    let bucket = Probe::new();
+    let a = actor("round-trip");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(
+        &mut s,
+        &[
+            "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL, r INTEGER)",
+            "CREATE INDEX items_name ON items(name)",
+            "CREATE TABLE log (msg TEXT)",
+            "CREATE TRIGGER items_log AFTER INSERT ON items BEGIN INSERT INTO log VALUES ('added ' || new.name); END",
+            "CREATE VIEW names AS SELECT name FROM items ORDER BY name",
+        ],
+    )
+    .await
+    .unwrap();
+    s.begin_event().unwrap();
+    for i in 0..50 {
+        s.execute(
+            "INSERT INTO items (name, r) VALUES (?1, random())",
+            &[SqlValue::Text(format!("item-{i:03}"))],
+        )
+        .unwrap();
+    }
+    s.commit_event().unwrap().await.unwrap();
+    let before = s
+        .query("SELECT id, name, r FROM items ORDER BY id", &[])
+        .unwrap();
+    drop(s);
+
+    let mut s = open(&bucket, &a, "n2").await;
+    let after = s
+        .query("SELECT id, name, r FROM items ORDER BY id", &[])
+        .unwrap();
+    assert_eq!(
+        before, after,
+        "random() values are kept as written (pages, not SQL replay)"
+    );
+    assert_eq!(
+        int(&mut s, "SELECT count(*) FROM log"),
+        50,
+        "the trigger ran once per insert"
+    );
+    assert_eq!(int(&mut s, "SELECT count(*) FROM names"), 50);
+    let check = s.query("PRAGMA integrity_check", &[]).unwrap();
+    assert_eq!(check.rows, vec![vec![SqlValue::Text("ok".into())]]);
+    s.commit_event().unwrap().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_actor_that_never_wrote_has_no_data_in_the_bucket() {
+    let bucket = Probe::new();
+    let a = actor("reader");
+    let mut s = open(&bucket, &a, "n1").await;
+    assert_eq!(s.query("SELECT 1", &[]).unwrap().rows.len(), 1);
+    s.commit_event().unwrap().await.unwrap();
+    s.flush().await.unwrap();
+    assert!(!ActorStore::exists(&*bucket, &keys(), &a).await.unwrap());
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    assert!(ActorStore::exists(&*bucket, &keys(), &a).await.unwrap());
+}
+
+#[tokio::test]
+async fn read_only_events_write_nothing_and_are_ready_at_once() {
+    let bucket = Probe::new();
+    let a = actor("ro");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)", "INSERT INTO t VALUES (1)"])
+        .await
+        .unwrap();
+    let puts = bucket.puts();
+    for _ in 0..20 {
+        s.begin_event().unwrap();
+        assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 1);
+        let gate = s.commit_event().unwrap();
+        assert!(
+            matches!(gate.now_or_never(), Some(Ok(()))),
+            "a read with nothing pending waits for nothing"
+        );
+    }
+    assert_eq!(bucket.puts(), puts, "read-only events wrote to the bucket");
+}
+
+#[tokio::test]
+async fn a_read_waits_for_the_pending_write_it_may_have_seen() {
+    let bucket = Probe::new();
+    let a = actor("ro-wait");
+    let mut s = open(&bucket, &a, "n1").await;
+    bucket.hold_log_puts();
+    let write = event(&mut s, &["CREATE TABLE t (x)", "INSERT INTO t VALUES (1)"]);
+    s.begin_event().unwrap();
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 1);
+    let mut read = s.commit_event().unwrap();
+    bucket.log_puts_entered(1).await;
+    assert!(
+        (&mut read).now_or_never().is_none(),
+        "the read saw data that is not durable yet"
+    );
+    bucket.release();
+    read.await.unwrap();
+    write.await.unwrap();
+}
+
+#[tokio::test]
+async fn group_commit_puts_events_committed_during_a_write_into_one_record() {
+    let bucket = Probe::new();
+    let a = actor("group");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    let log_prefix = keys().actor_log_prefix(&a);
+    assert_eq!(bucket.keys_under(&log_prefix).len(), 1);
+
+    bucket.hold_log_puts();
+    let first = event(&mut s, &["INSERT INTO t VALUES (0)"]);
+    bucket.log_puts_entered(2).await; // record 2 is in flight, held
+    let mut later = Vec::new();
+    for i in 1..=32 {
+        later.push(event(&mut s, &[&format!("INSERT INTO t VALUES ({i})")]));
+    }
+    assert_eq!(
+        bucket.keys_under(&log_prefix).len(),
+        1,
+        "nothing lands while held"
+    );
+    bucket.release();
+    first.await.unwrap();
+    for g in later {
+        g.await.unwrap();
+    }
+    assert_eq!(
+        bucket.keys_under(&log_prefix).len(),
+        3,
+        "32 events committed during one write must land in ONE next record"
+    );
+    drop(s);
+    let mut s = open(&bucket, &a, "n2").await;
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 33);
+}
+
+#[tokio::test]
+async fn the_second_writer_is_fenced_and_none_of_its_writes_survive() {
+    let bucket = Probe::new();
+    let a = actor("fence");
+    let mut first = open(&bucket, &a, "n1").await;
+    event(&mut first, &["CREATE TABLE t (who TEXT)"])
+        .await
+        .unwrap();
+    let mut second = open(&bucket, &a, "n2").await;
+
+    event(&mut first, &["INSERT INTO t VALUES ('first')"])
+        .await
+        .unwrap();
+    let lost = event(&mut second, &["INSERT INTO t VALUES ('second')"]).await;
+    assert!(matches!(lost, Err(Error::Fenced { .. })), "got {lost:?}");
+    assert!(second.is_fenced());
+    let later = second.begin_event();
+    assert!(
+        matches!(later, Err(Error::Fenced { .. })),
+        "a fenced store refuses events: {later:?}"
+    );
+    assert!(!first.is_fenced());
+    event(&mut first, &["INSERT INTO t VALUES ('first again')"])
+        .await
+        .unwrap();
+
+    let mut third = open(&bucket, &a, "n3").await;
+    let rows = third
+        .query("SELECT who FROM t ORDER BY rowid", &[])
+        .unwrap();
+    assert_eq!(
+        rows.rows,
+        vec![
+            vec![SqlValue::Text("first".into())],
+            vec![SqlValue::Text("first again".into())]
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_lost_reply_is_settled_by_reading_the_record_back() {
+    let bucket = Probe::new();
+    let a = actor("reply-lost");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    bucket.inner.faults().push(Fault::ReplyLost);
+    event(&mut s, &["INSERT INTO t VALUES (1)"]).await.unwrap();
+    bucket.inner.faults().push(Fault::Unavailable);
+    bucket.inner.faults().push(Fault::Unavailable);
+    event(&mut s, &["INSERT INTO t VALUES (2)"]).await.unwrap();
+    assert!(!s.is_failed());
+    drop(s);
+    let mut s = open(&bucket, &a, "n2").await;
+    assert_eq!(int(&mut s, "SELECT sum(x) FROM t"), 3);
+}
+
+#[tokio::test]
+async fn a_bucket_that_stays_down_breaks_the_store_and_loses_only_unacknowledged_events() {
+    let bucket = Probe::new();
+    let a = actor("down");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)", "INSERT INTO t VALUES (1)"])
+        .await
+        .unwrap();
+    bucket.inner.faults().set_partitioned(true);
+    let failed = event(&mut s, &["INSERT INTO t VALUES (2)"]).await;
+    assert!(
+        matches!(failed, Err(Error::Broken { .. })),
+        "got {failed:?}"
+    );
+    assert!(s.is_failed() && !s.is_fenced());
+    assert!(s.begin_event().is_err(), "a broken store refuses events");
+    bucket.inner.faults().set_partitioned(false);
+    drop(s);
+    let mut s = open(&bucket, &a, "n1").await;
+    assert_eq!(int(&mut s, "SELECT sum(x) FROM t"), 1);
+    // The store works again after a reopen, at the next sequence number.
+    event(&mut s, &["INSERT INTO t VALUES (5)"]).await.unwrap();
+    drop(s);
+    let mut s = open(&bucket, &a, "n1").await;
+    assert_eq!(int(&mut s, "SELECT sum(x) FROM t"), 6);
+}
+
+#[tokio::test]
+async fn an_applied_record_whose_outcome_cannot_be_settled_is_whole_after_restore() {
+    let bucket = Probe::new();
+    let a = actor("unsettled");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(
+        &mut s,
+        &[
+            "CREATE TABLE t (x)",
+            "CREATE TABLE total (n)",
+            "INSERT INTO total VALUES (0)",
+        ],
+    )
+    .await
+    .unwrap();
+    // The put applies but its reply is lost, and every read-back fails.
+    bucket.inner.faults().push(Fault::ReplyLost);
+    for _ in 0..10 {
+        bucket.inner.faults().push(Fault::Unavailable);
+    }
+    let gate = event(
+        &mut s,
+        &["INSERT INTO t VALUES (7)", "UPDATE total SET n = n + 7"],
+    );
+    assert!(
+        gate.await.is_err(),
+        "an unsettled record is not acknowledged"
+    );
+    bucket.inner.faults().clear();
+    drop(s);
+    let mut s = open(&bucket, &a, "n1").await;
+    // Unacknowledged but whole: both statements of the event, or neither.
+    assert_eq!(
+        int(&mut s, "SELECT coalesce(sum(x), 0) FROM t"),
+        int(&mut s, "SELECT n FROM total")
+    );
+}
+
+/// Random faults at every step (index write, record write, read-back,
+/// restore) over many events; whenever the store breaks the node would drop
+/// it and restore. Every acknowledged event must be there and every event
+/// whole (its two writes agree).
+#[tokio::test]
+async fn under_random_faults_acknowledged_events_survive_and_none_is_half_applied() {
+    let bucket = Probe::new();
+    let a = actor("chaos");
+    let cfg = StoreConfig {
+        snapshot_log_records: 16,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg.clone()).await;
+    event(
+        &mut s,
+        &[
+            "CREATE TABLE t (id INTEGER PRIMARY KEY)",
+            "CREATE TABLE total (n)",
+            "INSERT INTO total VALUES (0)",
+        ],
+    )
+    .await
+    .unwrap();
+    let faults = bucket.inner.faults();
+    faults.set_seed(7);
+    faults.set_unavailable_probability(0.25);
+    faults.set_reply_lost_probability(0.25);
+    let mut acked = Vec::new();
+    let mut reopened = 0;
+    for id in 1..=150i64 {
+        let mut gates = Vec::new();
+        for k in 0..3 {
+            let id = id * 10 + k;
+            s.begin_event().ok();
+            let ok = s
+                .execute("INSERT INTO t VALUES (?1)", &[SqlValue::Integer(id)])
+                .is_ok()
+                && s.execute("UPDATE total SET n = n + 1", &[]).is_ok();
+            if !ok {
+                s.rollback_event();
+                continue;
+            }
+            if s.alarm().is_none() {
+                s.set_alarm(Some(id)).ok();
+            } else {
+                s.set_alarm(None).ok();
+            }
+            match s.commit_event() {
+                Ok(g) => gates.push((id, g)),
+                Err(_) => break,
+            }
+        }
+        for (id, g) in gates {
+            if g.await.is_ok() {
+                acked.push(id);
+            }
+        }
+        if s.is_failed() {
+            drop(s);
+            reopened += 1;
+            s = loop {
+                match ActorStore::open(bucket.clone(), keys(), a.clone(), writer("n1"), cfg.clone())
+                    .await
+                {
+                    Ok(s) => break s,
+                    Err(Error::Bucket(_)) => continue,
+                    Err(e) => panic!("restore failed: {e}"),
+                }
+            };
+        }
+    }
+    faults.clear();
+    drop(s);
+    let mut s = open(&bucket, &a, "n1").await;
+    let rows = int(&mut s, "SELECT count(*) FROM t");
+    assert_eq!(
+        rows,
+        int(&mut s, "SELECT n FROM total"),
+        "an event was half applied"
+    );
+    for id in &acked {
+        assert_eq!(
+            int(&mut s, &format!("SELECT count(*) FROM t WHERE id = {id}")),
+            1,
+            "acknowledged event {id} lost"
+        );
+    }
+    assert!(
+        reopened > 0,
+        "the faults never broke the store: the test shows nothing"
+    );
+    assert!(!acked.is_empty());
+    // The committed alarm agrees with the database.
+    let alarm = ActorStore::read_alarm(bucket.clone(), &keys(), &a)
+        .await
+        .unwrap();
+    assert_eq!(alarm, s.alarm());
+}
+
+#[tokio::test]
+async fn a_flipped_byte_in_a_record_fails_the_restore_naming_the_key() {
+    let bucket = Probe::new();
+    let a = actor("flip");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    event(&mut s, &["INSERT INTO t VALUES (1)"]).await.unwrap();
+    drop(s);
+    let key = keys().actor_log(&a, 2);
+    let mut bytes = bucket.get(&key).await.unwrap().bytes.to_vec();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 1;
+    bucket.put(&key, Bytes::from(bytes)).await.unwrap();
+    let err = ActorStore::open(bucket.clone(), keys(), a.clone(), writer("n1"), config())
+        .await
+        .unwrap_err();
+    match err {
+        Error::Corrupt { key: k, reason } => {
+            assert_eq!(k, key);
+            assert!(reason.contains("checksum"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert!(
+        ActorStore::read_alarm(bucket.clone(), &keys(), &a)
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn a_truncated_snapshot_or_a_missing_record_fails_the_restore() {
+    let bucket = Probe::new();
+    let a = actor("trunc");
+    let cfg = StoreConfig {
+        snapshot_log_records: 4,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg.clone()).await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    for i in 0..6 {
+        event(&mut s, &[&format!("INSERT INTO t VALUES ({i})")])
+            .await
+            .unwrap();
+    }
+    s.flush().await.unwrap();
+    drop(s);
+    let snaps = bucket.keys_under(&keys().actor_snapshot_prefix(&a));
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    let logs = bucket.keys_under(&keys().actor_log_prefix(&a));
+    assert!(!logs.is_empty());
+
+    // A missing record in the middle of the log.
+    let victim = logs[0].clone();
+    let saved = bucket.get(&victim).await.unwrap().bytes;
+    if logs.len() > 1 {
+        bucket.delete(&victim).await.unwrap();
+        let err = ActorStore::open(bucket.clone(), keys(), a.clone(), writer("n1"), cfg.clone())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupt { key, .. } if *key == victim),
+            "{err:?}"
+        );
+        bucket.put(&victim, saved).await.unwrap();
+    }
+
+    // A truncated snapshot.
+    let snap = snaps[0].clone();
+    let bytes = bucket.get(&snap).await.unwrap().bytes;
+    bucket
+        .put(&snap, bytes.slice(..bytes.len() - 1000))
+        .await
+        .unwrap();
+    let err = ActorStore::open(bucket.clone(), keys(), a.clone(), writer("n1"), cfg.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupt { key, .. } if *key == snap),
+        "{err:?}"
+    );
+    bucket.put(&snap, bytes).await.unwrap();
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 6);
+}
+
+#[tokio::test]
+async fn snapshots_keep_the_log_short_and_the_restore_bounded() {
+    let bucket = Probe::new();
+    let a = actor("compact");
+    let cfg = StoreConfig {
+        snapshot_log_records: 8,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg.clone()).await;
+    event(&mut s, &["CREATE TABLE t (x, pad)"]).await.unwrap();
+    for i in 0..200 {
+        event(
+            &mut s,
+            &[&format!("INSERT INTO t VALUES ({i}, zeroblob(500))")],
+        )
+        .await
+        .unwrap();
+    }
+    s.flush().await.unwrap();
+    drop(s);
+    let logs = bucket.keys_under(&keys().actor_log_prefix(&a));
+    let snaps = bucket.keys_under(&keys().actor_snapshot_prefix(&a));
+    assert!(logs.len() <= 8, "{} log records left: {logs:?}", logs.len());
+    assert_eq!(snaps.len(), 1, "older snapshots are deleted");
+
+    let gets = bucket.gets();
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    let read = bucket.gets() - gets;
+    assert!(read <= 1 + 8, "restore read {read} objects");
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 200);
+    assert_eq!(int(&mut s, "SELECT sum(x) FROM t"), (0..200).sum::<i64>());
+}
+
+#[tokio::test]
+async fn a_large_database_survives_snapshot_and_restore() {
+    let bucket = Probe::new();
+    let a = actor("large");
+    let cfg = StoreConfig {
+        snapshot_log_records: 3,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg.clone()).await;
+    event(&mut s, &["CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB)"])
+        .await
+        .unwrap();
+    for i in 0..10 {
+        s.begin_event().unwrap();
+        for j in 0..20 {
+            s.execute("INSERT INTO t (b) VALUES (randomblob(2000))", &[])
+                .unwrap();
+            let _ = j;
+        }
+        if i % 3 == 0 {
+            s.execute("DELETE FROM t WHERE id % 7 = 0", &[]).unwrap();
+        }
+        s.commit_event().unwrap().await.unwrap();
+    }
+    let want = s
+        .query("SELECT id, hex(b) FROM t ORDER BY id", &[])
+        .unwrap();
+    s.commit_event().unwrap().await.unwrap();
+    s.flush().await.unwrap();
+    let bytes = s.database_bytes();
+    assert!(bytes > 300_000, "{bytes}");
+    drop(s);
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    assert_eq!(s.database_bytes(), bytes);
+    assert_eq!(
+        s.query("SELECT id, hex(b) FROM t ORDER BY id", &[])
+            .unwrap(),
+        want
+    );
+    let check = s.query("PRAGMA integrity_check", &[]).unwrap();
+    assert_eq!(check.rows, vec![vec![SqlValue::Text("ok".into())]]);
+}
+
+#[tokio::test]
+async fn the_alarm_commits_with_its_event_and_read_alarm_sees_it() {
+    let bucket = Probe::new();
+    let a = actor("alarm");
+    let index = keys().alarm(&a);
+    let mut s = open(&bucket, &a, "n1").await;
+    assert_eq!(s.alarm(), None);
+
+    // A rolled-back event's alarm is discarded.
+    s.begin_event().unwrap();
+    s.set_alarm(Some(99)).unwrap();
+    assert_eq!(s.alarm(), Some(99));
+    s.rollback_event();
+    assert_eq!(s.alarm(), None);
+    s.commit_event().unwrap().await.unwrap();
+    assert_eq!(
+        ActorStore::read_alarm(bucket.clone(), &keys(), &a)
+            .await
+            .unwrap(),
+        None
+    );
+
+    s.begin_event().unwrap();
+    s.execute("CREATE TABLE t (x)", &[]).unwrap();
+    s.set_alarm(Some(1_700_000_000_123)).unwrap();
+    s.commit_event().unwrap().await.unwrap();
+    assert_eq!(
+        ActorStore::read_alarm(bucket.clone(), &keys(), &a)
+            .await
+            .unwrap(),
+        Some(1_700_000_000_123)
+    );
+    let body = bucket.get(&index).await.unwrap().bytes;
+    assert_eq!(&body[..], b"1700000000123");
+
+    // Guests cannot see or touch the alarm table.
+    let err = s.query("SELECT * FROM _wasmkeep_alarm", &[]).unwrap_err();
+    assert!(err.message.contains("reserved"), "{err}");
+    s.rollback_event();
+
+    drop(s);
+    let mut s = open(&bucket, &a, "n2").await;
+    assert_eq!(s.alarm(), Some(1_700_000_000_123));
+    s.begin_event().unwrap();
+    s.set_alarm(None).unwrap();
+    s.commit_event().unwrap().await.unwrap();
+    assert_eq!(
+        ActorStore::read_alarm(bucket.clone(), &keys(), &a)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        bucket.get(&index).await.is_err(),
+        "the index is deleted after the clearing record"
+    );
+}
+
+#[tokio::test]
+async fn an_event_larger_than_a_record_is_refused_and_changes_nothing() {
+    let bucket = Probe::new();
+    let a = actor("big");
+    let cfg = StoreConfig {
+        record_bytes_max: 64 * 1024,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg.clone()).await;
+    event(
+        &mut s,
+        &["CREATE TABLE t (b BLOB)", "INSERT INTO t VALUES (x'01')"],
+    )
+    .await
+    .unwrap();
+    s.begin_event().unwrap();
+    s.execute("INSERT INTO t VALUES (zeroblob(200000))", &[])
+        .unwrap();
+    s.set_alarm(Some(5)).unwrap();
+    let err = s.commit_event().unwrap_err();
+    assert!(matches!(err, Error::EventTooLarge { .. }), "{err:?}");
+    assert_eq!(s.alarm(), None, "the refused event's alarm is discarded");
+    assert_eq!(
+        int(&mut s, "SELECT count(*) FROM t"),
+        1,
+        "the refused event's rows are gone"
+    );
+    s.commit_event().unwrap().await.unwrap();
+    event(&mut s, &["INSERT INTO t VALUES (x'02')"])
+        .await
+        .unwrap();
+    drop(s);
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 2);
+}
+
+#[tokio::test]
+async fn a_full_database_is_a_sql_error_and_the_event_fails_whole() {
+    let bucket = Probe::new();
+    let a = actor("full");
+    let cfg = StoreConfig {
+        database_bytes_max: 32 * 4096,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    event(&mut s, &["CREATE TABLE t (b BLOB)"]).await.unwrap();
+    s.begin_event().unwrap();
+    s.execute("INSERT INTO t VALUES (x'01')", &[]).unwrap();
+    let err = s
+        .execute("INSERT INTO t VALUES (zeroblob(1000000))", &[])
+        .unwrap_err();
+    assert!(err.message.contains("full"), "{err}");
+    match s.commit_event() {
+        // SQLite kept the transaction (statement rolled back): the first row commits.
+        Ok(g) => {
+            g.await.unwrap();
+            assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 1);
+        }
+        Err(e) => {
+            assert!(matches!(e, Error::EventAborted(_)), "{e:?}");
+            assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 0);
+        }
+    }
+    s.commit_event().unwrap().await.unwrap();
+    assert!(!s.is_failed());
+}
+
+#[tokio::test]
+async fn many_actors_share_one_process_without_files() {
+    let bucket = Probe::new();
+    let mut stores = Vec::new();
+    for i in 0..200 {
+        let a = actor(&format!("many-{i}"));
+        let mut s = open(&bucket, &a, "n1").await;
+        event(
+            &mut s,
+            &["CREATE TABLE t (x)", &format!("INSERT INTO t VALUES ({i})")],
+        )
+        .await
+        .unwrap();
+        stores.push((a, s));
+    }
+    for (i, (_, s)) in stores.iter_mut().enumerate() {
+        assert_eq!(int(s, "SELECT x FROM t"), i as i64);
+        s.commit_event().unwrap().await.unwrap();
+    }
+    drop(stores);
+    let bucket: Arc<dyn Bucket> = bucket;
+    let s = ActorStore::open(bucket, keys(), actor("many-7"), writer("n1"), config()).await;
+    let mut s = s.unwrap();
+    assert_eq!(int(&mut s, "SELECT x FROM t"), 7);
+}
+
+#[tokio::test]
+async fn a_failed_alarm_index_write_fails_the_event_before_its_record() {
+    let bucket = Probe::new();
+    let a = actor("index-fails");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    let logs_before = bucket.keys_under(&keys().actor_log_prefix(&a)).len();
+    // Every attempt of the index write fails (config(): 3 attempts).
+    for _ in 0..3 {
+        bucket.inner.faults().push(Fault::Unavailable);
+    }
+    s.begin_event().unwrap();
+    s.execute("INSERT INTO t VALUES (1)", &[]).unwrap();
+    s.set_alarm(Some(42)).unwrap();
+    let failed = s.commit_event().unwrap().await;
+    assert!(matches!(failed, Err(Error::Broken { .. })), "{failed:?}");
+    assert_eq!(
+        bucket.keys_under(&keys().actor_log_prefix(&a)).len(),
+        logs_before,
+        "no record is written without its alarm index"
+    );
+    drop(s);
+    let mut s = open(&bucket, &a, "n1").await;
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 0);
+    assert_eq!(s.alarm(), None);
+    assert_eq!(
+        ActorStore::read_alarm(bucket.clone(), &keys(), &a)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_store_dropped_with_queued_records_still_writes_them() {
+    let bucket = Probe::new();
+    let a = actor("dropped");
+    let mut s = open(&bucket, &a, "n1").await;
+    bucket.hold_log_puts();
+    let gates: Vec<_> = (0..5)
+        .map(|i| {
+            event(
+                &mut s,
+                &[if i == 0 {
+                    "CREATE TABLE t (x)"
+                } else {
+                    "INSERT INTO t VALUES (1)"
+                }],
+            )
+        })
+        .collect();
+    drop(s);
+    bucket.release();
+    for g in gates {
+        g.await.unwrap();
+    }
+    let mut s = open(&bucket, &a, "n2").await;
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 4);
+}

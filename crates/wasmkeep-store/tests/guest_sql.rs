@@ -1,0 +1,222 @@
+//! Guest SQL: errors are values with SQLite's message, and the authorizer
+//! keeps a guest inside its own tables.
+
+mod common;
+
+use wasmkeep_store::SqlValue;
+
+use common::*;
+
+#[tokio::test]
+async fn the_authorizer_refuses_what_could_escape_the_actor_or_its_durability() {
+    let bucket = Probe::new();
+    let a = actor("auth");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    s.begin_event().unwrap();
+    s.set_alarm(Some(10)).unwrap();
+    s.commit_event().unwrap().await.unwrap();
+    // A view over the store's table may be defined, but reading through it
+    // is judged like a direct read (the authorizer sees the view's reads).
+    // Triggers likewise: their body is judged when they fire.
+    event(
+        &mut s,
+        &[
+            "CREATE VIEW sneaky AS SELECT * FROM _wasmkeep_alarm",
+            "CREATE TRIGGER tr AFTER INSERT ON t BEGIN DELETE FROM _wasmkeep_alarm; END",
+        ],
+    )
+    .await
+    .unwrap();
+    let puts = bucket.puts();
+
+    let refused = [
+        ("SELECT * FROM _wasmkeep_alarm", "reserved"),
+        ("INSERT INTO _wasmkeep_alarm VALUES (1, 2)", "reserved"),
+        ("DELETE FROM _WASMKEEP_ALARM", "reserved"),
+        ("DROP TABLE _wasmkeep_alarm", "reserved"),
+        ("CREATE TABLE _wasmkeep_mine (x)", "reserved"),
+        ("SELECT * FROM sneaky", "reserved"),
+        ("INSERT INTO t VALUES (5)", "reserved"),
+        ("ATTACH DATABASE '/tmp/x.db' AS other", "ATTACH"),
+        ("DETACH DATABASE main", "DETACH"),
+        ("PRAGMA journal_mode = DELETE", "PRAGMA"),
+        ("PRAGMA synchronous = FULL", "PRAGMA"),
+        ("PRAGMA writable_schema = ON", "PRAGMA"),
+        ("PRAGMA locking_mode = NORMAL", "PRAGMA"),
+        ("PRAGMA max_page_count = 999999999", "PRAGMA"),
+        ("VACUUM", "VACUUM"),
+        ("VACUUM INTO '/tmp/copy.db'", "VACUUM"),
+        ("BEGIN", "BEGIN"),
+        ("COMMIT", "COMMIT"),
+        ("ROLLBACK", "ROLLBACK"),
+        ("CREATE TEMP TABLE scratch (x)", "temporary"),
+        ("SELECT load_extension('x')", "load_extension"),
+    ];
+    for (sql, word) in refused {
+        s.begin_event().unwrap();
+        let err = s.execute(sql, &[]).expect_err(sql);
+        assert!(
+            err.message.to_lowercase().contains(&word.to_lowercase()),
+            "{sql}: error {err:?} does not mention {word}"
+        );
+        s.rollback_event();
+    }
+    // Nothing refused changed anything.
+    assert_eq!(s.alarm(), Some(10));
+    assert_eq!(bucket.puts(), puts);
+
+    // Harmless PRAGMAs and savepoints are allowed.
+    s.begin_event().unwrap();
+    s.execute("DROP TRIGGER tr", &[]).unwrap();
+    let info = s.query("PRAGMA table_info(t)", &[]).unwrap();
+    assert_eq!(info.rows.len(), 1);
+    s.query("SELECT * FROM pragma_table_info('t')", &[])
+        .unwrap();
+    s.execute("PRAGMA user_version = 3", &[]).unwrap();
+    s.execute("SAVEPOINT sp", &[]).unwrap();
+    s.execute("INSERT INTO t VALUES (1)", &[]).unwrap();
+    s.execute("ROLLBACK TO sp", &[]).unwrap();
+    s.execute("RELEASE sp", &[]).unwrap();
+    s.execute("INSERT INTO t VALUES (2)", &[]).unwrap();
+    s.commit_event().unwrap().await.unwrap();
+    assert_eq!(int(&mut s, "SELECT sum(x) FROM t"), 2);
+    assert_eq!(int(&mut s, "PRAGMA user_version"), 3);
+    s.commit_event().unwrap().await.unwrap();
+}
+
+#[tokio::test]
+async fn sql_errors_are_values_with_sqlites_message() {
+    let bucket = Probe::new();
+    let a = actor("errors");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(
+        &mut s,
+        &[
+            "CREATE TABLE t (x INTEGER NOT NULL UNIQUE)",
+            "INSERT INTO t VALUES (1)",
+        ],
+    )
+    .await
+    .unwrap();
+    s.begin_event().unwrap();
+    let cases = [
+        ("SELEC 1", "syntax error"),
+        ("SELECT * FROM missing", "no such table"),
+        ("INSERT INTO t VALUES (1)", "UNIQUE constraint failed"),
+        ("INSERT INTO t VALUES (NULL)", "NOT NULL constraint failed"),
+        (
+            "INSERT INTO t VALUES (2); DROP TABLE t",
+            "more than one statement",
+        ),
+        ("", "empty"),
+        ("  ;  ", "empty"),
+    ];
+    for (sql, want) in cases {
+        let err = s.execute(sql, &[]).expect_err(sql);
+        assert!(err.to_string().contains(want), "{sql}: {err}");
+    }
+    // The event goes on after statement errors; the failed statements did nothing.
+    s.execute("INSERT INTO t VALUES (?1)", &[SqlValue::Integer(3)])
+        .unwrap();
+    s.commit_event().unwrap().await.unwrap();
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 2);
+    let err = s
+        .query("SELECT ?1 + ?2", &[SqlValue::Integer(1)])
+        .unwrap_err();
+    assert!(err.message.contains("parameters"), "{err}");
+    let err = s.execute("SELECT 1", &[]).unwrap_err();
+    assert!(err.message.contains("query"), "{err}");
+    s.commit_event().unwrap().await.unwrap();
+}
+
+#[tokio::test]
+async fn values_of_every_type_round_trip() {
+    let bucket = Probe::new();
+    let a = actor("types");
+    let mut s = open(&bucket, &a, "n1").await;
+    let values = vec![
+        SqlValue::Null,
+        SqlValue::Integer(i64::MIN),
+        SqlValue::Real(1.5),
+        SqlValue::Text("héllo".into()),
+        SqlValue::Blob(vec![0, 1, 255]),
+    ];
+    s.begin_event().unwrap();
+    s.execute("CREATE TABLE v (a, b, c, d, e)", &[]).unwrap();
+    s.execute("INSERT INTO v VALUES (?1, ?2, ?3, ?4, ?5)", &values)
+        .unwrap();
+    s.commit_event().unwrap().await.unwrap();
+    drop(s);
+    let mut s = open(&bucket, &a, "n2").await;
+    let rows = s.query("SELECT a, b, c, d, e FROM v", &[]).unwrap();
+    assert_eq!(rows.columns, vec!["a", "b", "c", "d", "e"]);
+    assert_eq!(rows.rows, vec![values]);
+}
+
+#[tokio::test]
+async fn a_runaway_statement_is_interrupted() {
+    let bucket = Probe::new();
+    let a = actor("loop");
+    let cfg = wasmkeep_store::StoreConfig {
+        statement_time_max: std::time::Duration::from_millis(50),
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    s.begin_event().unwrap();
+    let err = s
+        .query("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT count(*) FROM c", &[])
+        .unwrap_err();
+    assert!(err.message.contains("statement_time_max"), "{err}");
+    s.rollback_event();
+
+    // An interrupted write rolls back the whole transaction: the event fails
+    // whole, and nothing after it runs outside a transaction.
+    event(&mut s, &["CREATE TABLE t (n)"]).await.unwrap();
+    s.begin_event().unwrap();
+    s.execute("INSERT INTO t VALUES (-1)", &[]).unwrap();
+    let err = s
+        .execute(
+            "INSERT INTO t WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT n FROM c",
+            &[],
+        )
+        .unwrap_err();
+    assert!(
+        err.message.contains("statement_time_max") || err.message.contains("rolled back"),
+        "{err}"
+    );
+    let later = s.execute("INSERT INTO t VALUES (-2)", &[]);
+    if s.query("SELECT 1", &[]).is_err() {
+        // SQLite dropped the transaction: everything of the event is refused.
+        assert!(later.is_err());
+        let e = s.commit_event().unwrap_err();
+        assert!(matches!(e, wasmkeep_store::Error::EventAborted(_)), "{e:?}");
+        assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 0);
+    } else {
+        // SQLite kept the transaction: the event commits what succeeded.
+        s.commit_event().unwrap().await.unwrap();
+        assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 2);
+    }
+    s.commit_event().unwrap().await.unwrap();
+    drop(s);
+    let mut s = open(&bucket, &a, "n2").await;
+    let n = int(&mut s, "SELECT count(*) FROM t");
+    assert!(n == 0 || n == 2, "the event was half applied: {n} rows");
+}
+
+#[tokio::test]
+async fn a_result_larger_than_the_limit_is_an_error() {
+    let bucket = Probe::new();
+    let a = actor("huge-result");
+    let cfg = wasmkeep_store::StoreConfig {
+        query_bytes_max: 10_000,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    s.begin_event().unwrap();
+    let err = s
+        .query("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c LIMIT 5000) SELECT n FROM c", &[])
+        .unwrap_err();
+    assert!(err.message.contains("query_bytes_max"), "{err}");
+    s.rollback_event();
+}
