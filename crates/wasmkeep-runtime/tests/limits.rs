@@ -187,3 +187,19 @@ async fn configuration_out_of_range_is_refused() {
     // The shared runtime of the other tests is fine.
     let _ = runtime();
 }
+
+#[tokio::test]
+async fn an_unloaded_instance_keeps_its_host_and_starts_fresh_at_the_next_event() {
+    let mut actor = instance("trap", "idle").await;
+    assert_eq!(count(&mut actor).await, "1");
+    assert_eq!(count(&mut actor).await, "2");
+    recorder(&mut actor).alarm = Some(7);
+    assert!(actor.is_loaded());
+
+    actor.unload();
+    assert!(!actor.is_loaded());
+    // The host survived; the guest's own memory did not.
+    assert_eq!(recorder(&mut actor).alarm, Some(7));
+    assert_eq!(count(&mut actor).await, "1");
+    assert!(actor.is_loaded());
+}
