@@ -7,7 +7,7 @@
 # Usage: bench/vs-workerd.sh [HARNESS_DIR]      (default: ../shared/bench/workerd)
 #   Knobs of the harness pass through (DUR, REPS, CONCS, S2_ACTORS, ...), e.g.
 #   DUR=3 REPS=1 S1_WARMUP=200 S2_ACTORS=300 S3_ACTORS=50 bench/vs-workerd.sh
-#   ONLY=wasmkeep or ONLY=workerd runs one side.
+#   ONLY=wasmkeep or ONLY=workerd runs one side; WASMKEEP_BIN=path uses a built binary.
 #
 # The harness is copied to a writable folder (bench-results/harness) and set up
 # there once (./setup.sh: apt, npm, oha). For wasmkeep, the copy's server
@@ -29,10 +29,15 @@ if [ ! -x "$HARNESS/tools/oha/bin/oha" ] || [ ! -d "$HARNESS/node_modules" ]; th
   (cd "$HARNESS" && ./setup.sh)
 fi
 
-scripts_dir="$ROOT/scripts"
-"$scripts_dir/build-guests" >/dev/null
-(cd "$ROOT" && cargo build --release -j2 --bin wasmkeep)
-WASMKEEP="$ROOT/target/release/wasmkeep"
+# WASMKEEP_BIN runs an already built binary (its guests are found in the
+# target/wasm folder next to it); otherwise this checkout is built.
+if [ -n "${WASMKEEP_BIN:-}" ]; then
+  WASMKEEP="$WASMKEEP_BIN"
+else
+  "$ROOT/scripts/build-guests" >/dev/null
+  (cd "$ROOT" && cargo build --release -j2 --bin wasmkeep)
+  WASMKEEP="$ROOT/target/release/wasmkeep"
+fi
 
 # The wasmkeep variant of run.sh.
 python3 - "$HARNESS/run.sh" "$HARNESS/run-wasmkeep.sh" "$WASMKEEP" <<'PY'
