@@ -116,6 +116,10 @@ impl NodeLease {
         state.incarnation = self.random.token_hex(INCARNATION_BYTES);
         state.valid_until = None;
         state.lapsed = false;
+        // Like a start, the new incarnation's first write is unconditional:
+        // a write of the old incarnation that timed out during the outage may
+        // have landed since, and its etag is not ours to know.
+        state.last_etag = None;
     }
 
     /// Writes the heartbeat (its incarnation and generation are filled in
@@ -160,10 +164,33 @@ impl NodeLease {
                 }
                 Ok(())
             }
-            Err(
-                wasmkeep_bucket::Error::Conflict { .. } | wasmkeep_bucket::Error::NotFound { .. },
-            ) => {
-                // Someone else rewrote (or deleted) our heartbeat.
+            Err(wasmkeep_bucket::Error::Conflict { .. }) => {
+                // Either our own earlier write whose reply was lost (a timeout
+                // the backend did not report as an unknown outcome) landed
+                // after all, or another process rewrote our heartbeat. Our
+                // incarnation in the body tells them apart.
+                if let Ok(object) = bucket.get(key).await
+                    && let Some(current) = std::str::from_utf8(&object.bytes)
+                        .ok()
+                        .and_then(|t| Heartbeat::parse(t).ok())
+                    && current.node == heartbeat.node
+                    && current.incarnation == heartbeat.incarnation
+                {
+                    let mut state = self.state.lock();
+                    if state.incarnation == heartbeat.incarnation {
+                        state.last_etag = Some(object.meta.etag);
+                    }
+                    return Err(Error::Bucket(wasmkeep_bucket::Error::Unavailable {
+                        key: key.to_owned(),
+                        reason: "an earlier heartbeat write landed late; renewing again".into(),
+                    }));
+                }
+                Err(Error::DuplicateNode {
+                    node: heartbeat.node.to_string(),
+                })
+            }
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => {
+                // Someone else deleted our heartbeat.
                 Err(Error::DuplicateNode {
                     node: heartbeat.node.to_string(),
                 })
@@ -497,6 +524,50 @@ mod tests {
         ));
         lease.rejoin();
         assert_ne!(lease.incarnation(), first);
+        lease
+            .renew(&bucket, key, heartbeat("n1", "", 0))
+            .await
+            .unwrap();
+        assert!(lease.is_valid());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_write_of_our_own_is_adopted_not_called_a_duplicate() {
+        let bucket = wasmkeep_bucket::MemoryBucket::new();
+        let lease = NodeLease::new(Arc::new(SystemClock), Arc::new(SeededRandom::new(1)), TTL);
+        let key = "apps/default/nodes/n1";
+        lease
+            .renew(&bucket, key, heartbeat("n1", "", 0))
+            .await
+            .unwrap();
+        // A write of ours whose reply was lost lands after all.
+        let landed = heartbeat("n1", &lease.incarnation(), 7).to_text();
+        bucket.put(key, Bytes::from(landed)).await.unwrap();
+        assert!(matches!(
+            lease.renew(&bucket, key, heartbeat("n1", "", 0)).await,
+            Err(Error::Bucket(_))
+        ));
+        lease
+            .renew(&bucket, key, heartbeat("n1", "", 0))
+            .await
+            .unwrap();
+        assert!(lease.is_valid());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rejoined_lease_renews_over_a_write_that_landed_during_the_outage() {
+        let bucket = wasmkeep_bucket::MemoryBucket::new();
+        let lease = NodeLease::new(Arc::new(SystemClock), Arc::new(SeededRandom::new(1)), TTL);
+        let key = "apps/default/nodes/n1";
+        lease
+            .renew(&bucket, key, heartbeat("n1", "", 0))
+            .await
+            .unwrap();
+        let landed = heartbeat("n1", &lease.incarnation(), 9).to_text();
+        bucket.put(key, Bytes::from(landed)).await.unwrap();
+        tokio::time::advance(TTL).await;
+        assert!(lease.is_lapsed());
+        lease.rejoin();
         lease
             .renew(&bucket, key, heartbeat("n1", "", 0))
             .await
