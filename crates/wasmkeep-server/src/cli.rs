@@ -1,4 +1,5 @@
-//! The `wasmkeep` command line: `dev`, `serve` and `deploy`. Every flag can
+//! The `wasmkeep` command line: `dev`, `serve`, `deploy`, and the
+//! operator views `node list`, `actor list`, `actor inspect`. Every flag can
 //! also come from an environment variable `WASMKEEP_<FLAG>` or from a TOML
 //! file given with `--config` (flag > environment > file > default).
 //! Data goes to stdout, everything else to stderr.
@@ -46,6 +47,55 @@ pub enum Command {
     Serve(ServeArgs),
     /// Validates a component and makes it the class's current version.
     Deploy(DeployArgs),
+    /// Nodes of an app, as their heartbeats say.
+    #[command(subcommand)]
+    Node(NodeCommand),
+    /// Actors of an app, as the bucket says.
+    #[command(subcommand)]
+    Actor(ActorCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Every node with a heartbeat: id, address, state, drain, capabilities,
+    /// resident actors, heartbeat age.
+    List {
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ActorCommand {
+    /// Every actor with data, an ownership record or an alarm.
+    List {
+        /// Only actors whose id starts with this (`TENANT/` or `TENANT/CLASS/`).
+        prefix: Option<String>,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// One actor: owner, hold, alarm, database size.
+    Inspect {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+}
+
+/// Flags of the read-only views.
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    #[arg(long, env = "WASMKEEP_BUCKET")]
+    pub bucket: String,
+    #[arg(long, env = "WASMKEEP_APP", default_value = "default")]
+    pub app: String,
+    /// The cluster's lease TTL, to call heartbeats stale (default 10s).
+    #[arg(long, env = "WASMKEEP_LEASE_TTL", default_value = "10s")]
+    pub lease_ttl: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -108,6 +158,19 @@ pub struct NodeArgs {
     /// Local scratch directory (compiled-component cache).
     #[arg(long, env = "WASMKEEP_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// File with the cluster key (at least 32 bytes, or hex); nodes sign
+    /// their calls with it. Without it the node runs alone.
+    #[arg(long, env = "WASMKEEP_CLUSTER_KEY_FILE")]
+    pub cluster_key_file: Option<PathBuf>,
+    /// PEM certificate chain: serve HTTPS.
+    #[arg(long, env = "WASMKEEP_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, env = "WASMKEEP_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM roots that peers' certificates are verified against.
+    #[arg(long, env = "WASMKEEP_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
     /// Longest one event may run before the guest is stopped (default 30s).
     #[arg(long, env = "WASMKEEP_EVENT_TIME_MAX")]
     pub event_time_max: Option<String>,
@@ -265,6 +328,21 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
         .unwrap_or_else(default_data_dir);
     let mut config = NodeConfig::new(app, node_id, listen, data_dir);
     config.advertise = file.pick(args.advertise.as_ref(), "advertise");
+    if let Some(url) = &config.advertise
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        bail!("--advertise {url:?} must start with http:// or https://");
+    }
+    let path = |flag: &Option<PathBuf>, key: &str| {
+        flag.clone().or_else(|| file.0.get(key).map(PathBuf::from))
+    };
+    config.cluster_key_file = path(&args.cluster_key_file, "cluster_key_file");
+    config.tls_cert = path(&args.tls_cert, "tls_cert");
+    config.tls_key = path(&args.tls_key, "tls_key");
+    config.tls_ca = path(&args.tls_ca, "tls_ca");
+    if config.tls_cert.is_some() != config.tls_key.is_some() {
+        bail!("--tls-cert and --tls-key go together");
+    }
     if let Some(list) = file.pick(args.classes.as_ref(), "classes") {
         let list = list.trim();
         if !list.is_empty() && list != "*" {
@@ -346,8 +424,16 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
     if config.heartbeat_period.is_zero()
         || config.alarm_sweep_period.is_zero()
         || config.idle_timeout.is_zero()
+        || config.lease_ttl.is_zero()
     {
-        bail!("--heartbeat, --alarm-sweep and --idle-timeout must be longer than zero");
+        bail!(
+            "--heartbeat, --lease-ttl, --alarm-sweep and --idle-timeout must be longer than zero"
+        );
+    }
+    if config.heartbeat_period >= config.lease_ttl {
+        bail!(
+            "--heartbeat must be shorter than --lease-ttl (a lease is renewed several times per TTL)"
+        );
     }
     Ok((config, bucket))
 }
@@ -388,7 +474,143 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dev(args) => dev(args).await,
         Command::Serve(args) => serve(args).await,
         Command::Deploy(args) => deploy(args).await,
+        Command::Node(NodeCommand::List { view }) => node_list(view).await,
+        Command::Actor(ActorCommand::List { prefix, view }) => {
+            actor_list(prefix.as_deref(), view).await
+        }
+        Command::Actor(ActorCommand::Inspect { actor, view }) => actor_inspect(&actor, view).await,
     }
+}
+
+/// Parsed view flags: the bucket, keys and lease TTL.
+async fn open_view(view: &ViewArgs) -> anyhow::Result<(Arc<dyn Bucket>, Keys, Duration)> {
+    let app = AppName::new(view.app.clone())?;
+    let lease_ttl = parse_duration(&view.lease_ttl).context("--lease-ttl")?;
+    let bucket = open_bucket(&view.bucket).await?;
+    Ok((bucket, Keys::new(&app), lease_ttl))
+}
+
+fn json_text<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+    Ok(format!("{}\n", serde_json::to_string_pretty(value)?))
+}
+
+/// Lays out rows as columns separated by two spaces.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<String>, out: &mut String| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(text.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(header.iter().map(|h| (*h).to_owned()).collect(), &mut out);
+    for row in rows {
+        line(row.clone(), &mut out);
+    }
+    out
+}
+
+async fn node_list(view: ViewArgs) -> anyhow::Result<()> {
+    let (bucket, keys, lease_ttl) = open_view(&view).await?;
+    let rows = wasmkeep_cluster::inspect::list_nodes(&*bucket, &keys, lease_ttl).await?;
+    if view.json {
+        write_stdout(&json_text(&rows)?);
+        return Ok(());
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.node.clone(),
+                r.address.clone(),
+                if r.stale {
+                    format!("{} (stale)", r.state)
+                } else {
+                    r.state.to_owned()
+                },
+                if r.drain_requested && r.drain == "none" {
+                    "requested".to_owned()
+                } else {
+                    r.drain.to_owned()
+                },
+                if r.capabilities.is_empty() {
+                    "-".to_owned()
+                } else {
+                    r.capabilities.join(" ")
+                },
+                r.resident_actors.to_string(),
+                format!("{:.1}s", r.heartbeat_age_s),
+            ]
+        })
+        .collect();
+    write_stdout(&table(
+        &[
+            "NODE",
+            "ADDRESS",
+            "STATE",
+            "DRAIN",
+            "CAPABILITIES",
+            "ACTORS",
+            "HEARTBEAT AGE",
+        ],
+        &cells,
+    ));
+    Ok(())
+}
+
+fn actor_cells(r: &wasmkeep_cluster::inspect::ActorRow) -> Vec<String> {
+    vec![
+        r.actor.clone(),
+        match (&r.owner, r.hold_valid) {
+            (Some(owner), true) => owner.clone(),
+            (Some(owner), false) => format!("{owner} (expired)"),
+            (None, _) => "-".to_owned(),
+        },
+        r.alarm_ms
+            .map_or_else(|| "-".to_owned(), |ms| ms.to_string()),
+        r.database_bytes.to_string(),
+        r.log_records.to_string(),
+    ]
+}
+
+const ACTOR_HEADER: [&str; 5] = ["ACTOR", "OWNER", "ALARM MS", "DB BYTES", "LOG RECORDS"];
+
+async fn actor_list(prefix: Option<&str>, view: ViewArgs) -> anyhow::Result<()> {
+    let (bucket, keys, lease_ttl) = open_view(&view).await?;
+    let rows = wasmkeep_cluster::inspect::list_actors(&*bucket, &keys, lease_ttl, prefix).await?;
+    if view.json {
+        write_stdout(&json_text(&rows)?);
+    } else {
+        let cells: Vec<Vec<String>> = rows.iter().map(actor_cells).collect();
+        write_stdout(&table(&ACTOR_HEADER, &cells));
+    }
+    Ok(())
+}
+
+async fn actor_inspect(actor: &str, view: ViewArgs) -> anyhow::Result<()> {
+    let actor = wasmkeep_types::ActorId::parse(actor)
+        .with_context(|| format!("{actor:?} is not an actor id (TENANT/CLASS/NAME)"))?;
+    let (bucket, keys, lease_ttl) = open_view(&view).await?;
+    let Some(row) =
+        wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor).await?
+    else {
+        bail!("actor {actor} has nothing in the bucket");
+    };
+    if view.json {
+        write_stdout(&json_text(&row)?);
+    } else {
+        write_stdout(&table(&ACTOR_HEADER, &[actor_cells(&row)]));
+    }
+    Ok(())
 }
 
 async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
@@ -523,7 +745,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let bucket = open_bucket(&bucket_url).await?;
     let runtime = runtime_for(&config)?;
     serve_node(config, bucket, runtime, |addr| {
-        tracing::info!(%addr, "serving");
+        tracing::info!(%addr, "ready");
     })
     .await
 }
@@ -542,14 +764,27 @@ async fn serve_node(
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(wasmkeep_transport::tls::server_config(cert, key)?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut config = config;
+    if config.advertise.is_none() {
+        config.advertise = Some(format!("{scheme}://{addr}"));
+    }
     let node = Node::start(config, bucket, runtime).await?;
-    let server = tokio::spawn(http::serve(
+    let server = tokio::spawn(http::serve_tls(
         Arc::clone(&node),
         listener,
+        tls,
         node.shutdown_rx(),
         grace,
     ));
-    eprintln!("wasmkeep: listening on http://{addr}");
+    eprintln!(
+        "wasmkeep: serving on {scheme}://{addr} as node {} (advertised {})",
+        node.node_id, node.advertise
+    );
     on_ready(addr);
     wait_for_signal().await?;
     tracing::info!("shutting down: finishing events, closing sockets, releasing actors");

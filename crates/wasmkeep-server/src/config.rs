@@ -32,6 +32,10 @@ pub struct Limits {
     pub shutdown_grace: Duration,
     /// Longest one event may run (the runtime stops the guest after it).
     pub event_time_max: Duration,
+    /// Longest a forwarded request, call or alarm hand-off waits for the peer.
+    pub forward_time_max: Duration,
+    /// Largest response body read back from a peer.
+    pub forward_response_bytes_max: usize,
 }
 
 impl Default for Limits {
@@ -48,6 +52,8 @@ impl Default for Limits {
             alarm_retry_backoff_first: Duration::from_secs(2),
             shutdown_grace: Duration::from_secs(30),
             event_time_max: Duration::from_secs(30),
+            forward_time_max: Duration::from_secs(60),
+            forward_response_bytes_max: 64 * 1024 * 1024,
         }
     }
 }
@@ -70,6 +76,14 @@ pub struct NodeConfig {
     pub alarm_sweep_period: Duration,
     /// Local scratch: the compiled-component cache.
     pub data_dir: PathBuf,
+    /// The cluster key (`--cluster-key-file`); without it the node cannot
+    /// sign node calls, so it forwards nothing (it still keeps its lease).
+    pub cluster_key_file: Option<PathBuf>,
+    /// Certificate and key for the listener (`--tls-cert`, `--tls-key`).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Roots that peers' certificates are verified against (`--tls-ca`).
+    pub tls_ca: Option<PathBuf>,
     pub limits: Limits,
 }
 
@@ -83,12 +97,32 @@ impl NodeConfig {
             advertise: None,
             classes: None,
             heartbeat_period: Duration::from_secs(3),
-            lease_ttl: Duration::from_secs(15),
+            lease_ttl: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             actors_max: 1000,
             alarm_sweep_period: Duration::from_secs(30),
             data_dir,
+            cluster_key_file: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
             limits: Limits::default(),
+        }
+    }
+
+    /// The URL peers use to reach this node: `--advertise`, or the listen
+    /// address with `https` when TLS is on.
+    pub fn advertise_url(&self) -> String {
+        match &self.advertise {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => {
+                let scheme = if self.tls_cert.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                format!("{scheme}://{}", self.listen)
+            }
         }
     }
 

@@ -25,6 +25,12 @@ pub enum Error {
     /// The request cannot be served now; the client should retry after the delay.
     #[error("unavailable: {reason}")]
     Unavailable { reason: String, retry_after_s: u32 },
+    /// The actor is held by another node (learned while activating it here).
+    #[error("actor is held by node {node}")]
+    HeldElsewhere { node: wasmkeep_types::NodeId },
+    /// Leases, ownership records or peers failed.
+    #[error("cluster: {0}")]
+    Cluster(#[from] wasmkeep_cluster::Error),
     /// An actor-to-actor call was refused (cycle, depth, other tenant).
     #[error("call refused: {0}")]
     Call(String),
@@ -65,7 +71,11 @@ impl Error {
             Error::BodyTooLarge { .. } => 413,
             Error::Call(_) => 508,
             Error::Guest(_) => 500,
-            Error::Unavailable { .. } | Error::Bucket(_) | Error::Store(_) => 503,
+            Error::Unavailable { .. }
+            | Error::Bucket(_)
+            | Error::Store(_)
+            | Error::HeldElsewhere { .. }
+            | Error::Cluster(_) => 503,
             Error::Runtime(_) | Error::Config(_) | Error::Io(_) => 500,
         }
     }
@@ -79,7 +89,11 @@ impl Error {
             Error::BodyTooLarge { .. } => "body_too_large",
             Error::BadRequest(_) => "bad_request",
             Error::Guest(_) => "guest_failed",
-            Error::Unavailable { .. } | Error::Bucket(_) | Error::Store(_) => "unavailable",
+            Error::Unavailable { .. }
+            | Error::Bucket(_)
+            | Error::Store(_)
+            | Error::HeldElsewhere { .. }
+            | Error::Cluster(_) => "unavailable",
             Error::Call(_) => "call_refused",
             Error::Component(_) => "component_refused",
             Error::Runtime(_) => "runtime",
@@ -92,7 +106,10 @@ impl Error {
     pub fn retry_after_s(&self) -> Option<u32> {
         match self {
             Error::Unavailable { retry_after_s, .. } => Some(*retry_after_s),
-            Error::Bucket(_) | Error::Store(_) => Some(RETRY_AFTER_DEFAULT_S),
+            Error::Bucket(_)
+            | Error::Store(_)
+            | Error::HeldElsewhere { .. }
+            | Error::Cluster(_) => Some(RETRY_AFTER_DEFAULT_S),
             _ => None,
         }
     }

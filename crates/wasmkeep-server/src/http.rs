@@ -1,6 +1,7 @@
-//! The HTTP front: accepts connections (hyper 1, HTTP/1.1 with upgrades),
-//! routes each request, reads its body within the limit, strips marker
-//! headers and turns every error into `{"error", "code"}` JSON.
+//! The HTTP front: accepts connections (hyper 1, HTTP/1.1 with upgrades,
+//! plain or TLS), routes each request, reads its body within the limit,
+//! verifies signed node calls (their markers are honoured only then), strips
+//! marker headers and turns every error into `{"error", "code"}` JSON.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use wasmkeep_runtime::{Request, Response};
 
+use crate::cluster::{self, HEADER_NODE, Markers};
 use crate::host::strip_markers;
 use crate::node::Node;
 use crate::route::{Route, route};
@@ -24,14 +26,29 @@ use crate::{Error, Result, sockets};
 
 type HttpResponse = hyper::Response<Full<Bytes>>;
 
+/// Longest a TLS handshake may take.
+const TLS_HANDSHAKE_TIME_MAX: Duration = Duration::from_secs(10);
+
 /// Serves HTTP on `listener` until `shutdown` turns true, then stops
 /// accepting and waits (at most `grace`) for in-flight requests.
 pub async fn serve(
     node: Arc<Node>,
     listener: TcpListener,
+    shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    serve_tls(node, listener, None, shutdown, grace).await;
+}
+
+/// [`serve`], over TLS when `tls` is given.
+pub async fn serve_tls(
+    node: Arc<Node>,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -51,26 +68,19 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let node = Arc::clone(&node);
-        let mut conn_shutdown = shutdown.clone();
+        let conn_shutdown = shutdown.clone();
+        let acceptor = acceptor.clone();
         connections.spawn(async move {
-            let service = service_fn(move |req| {
-                let node = Arc::clone(&node);
-                async move { Ok::<_, Infallible>(handle(node, req).await) }
-            });
-            let conn = http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            tokio::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+            match acceptor {
+                None => serve_connection(node, stream, peer, conn_shutdown).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(TLS_HANDSHAKE_TIME_MAX, acceptor.accept(stream))
+                        .await
+                    {
+                        Ok(Ok(tls)) => serve_connection(node, tls, peer, conn_shutdown).await,
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
-                }
-                () = async { let _ = conn_shutdown.wait_for(|stop| *stop).await; } => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
                 }
             }
         });
@@ -82,12 +92,45 @@ pub async fn serve(
     .await;
 }
 
+async fn serve_connection<S>(
+    node: Arc<Node>,
+    stream: S,
+    peer: std::net::SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let node = Arc::clone(&node);
+        async move { Ok::<_, Infallible>(handle(node, req).await) }
+    });
+    let conn = http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        }
+        () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
 /// Answers one request; never fails (errors become JSON responses).
 pub async fn handle(node: Arc<Node>, req: hyper::Request<Incoming>) -> HttpResponse {
-    let response = match dispatch(&node, req).await {
+    let mut response = match dispatch(&node, req).await {
         Ok(response) => response,
         Err(e) => error_response(&e),
     };
+    if !response.headers().contains_key(HEADER_NODE) {
+        add_node_header(&mut response, node.node_id.as_str());
+    }
     node.metrics.request(response.status().as_u16());
     response
 }
@@ -108,8 +151,10 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
     let route = route(req.uri().path(), req.uri().query())?;
     let (actor, path) = match route {
         Route::Health => {
-            if node.is_shutting_down() {
-                return Err(Error::unavailable("the node is shutting down"));
+            if !node.is_serving() {
+                return Err(Error::unavailable(
+                    "the node is not serving (starting, stopping, or its lease is not valid)",
+                ));
             }
             return Ok(text(200, "text/plain", "ok\n"));
         }
@@ -124,8 +169,19 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
     };
     // Refuse unknown classes before reading a body.
     node.class(&actor.class)?;
+    let method = req.method().as_str().to_owned();
+    let raw_path = req.uri().path().to_owned();
+    let raw_query = req.uri().query().unwrap_or("").to_owned();
+    let mut headers = Vec::with_capacity(req.headers().len());
+    for (name, value) in req.headers() {
+        let value = value
+            .to_str()
+            .map_err(|_| Error::BadRequest(format!("header {name} is not visible ASCII")))?;
+        headers.push((name.as_str().to_owned(), value.to_owned()));
+    }
     if sockets::is_upgrade(&req) {
-        return sockets::upgrade(node, &actor, req).await;
+        let markers = cluster::judge(node, &method, &raw_path, &raw_query, &headers, b"");
+        return sockets::upgrade(node, &actor, &path, req, markers.hop()).await;
     }
     let limit = node.config.limits.body_bytes_max;
     if let Some(length) = req.headers().get(hyper::header::CONTENT_LENGTH)
@@ -134,15 +190,6 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
     {
         return Err(Error::BodyTooLarge { limit_bytes: limit });
     }
-    let method = req.method().as_str().to_owned();
-    let mut headers = Vec::with_capacity(req.headers().len());
-    for (name, value) in req.headers() {
-        let value = value
-            .to_str()
-            .map_err(|_| Error::BadRequest(format!("header {name} is not visible ASCII")))?;
-        headers.push((name.as_str().to_owned(), value.to_owned()));
-    }
-    strip_markers(&mut headers);
     let body = match Limited::new(req.into_body(), limit).collect().await {
         Ok(collected) => collected.to_bytes().to_vec(),
         Err(e)
@@ -153,14 +200,43 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
         }
         Err(e) => return Err(Error::BadRequest(format!("reading the body failed: {e}"))),
     };
+    let markers: Markers = cluster::judge(node, &method, &raw_path, &raw_query, &headers, &body);
+    strip_markers(&mut headers);
+    if let Some(scheduled_ms) = markers.alarm_ms {
+        cluster::receive_alarm(node, &actor, scheduled_ms).await?;
+        let mut response = text(200, "text/plain", "alarm armed\n");
+        add_node_header(&mut response, node.node_id.as_str());
+        return Ok(response);
+    }
+    // A verified call from another node's actor carries its call chain, so
+    // depth and cycle checks span nodes; it must end with this actor.
+    let chain = match markers.call_chain.clone() {
+        Some(chain) if chain.last() == Some(&actor) => chain,
+        Some(_) => {
+            return Err(Error::BadRequest(
+                "the call chain does not end with the called actor".into(),
+            ));
+        }
+        None => vec![actor.clone()],
+    };
     let request = Request {
         method,
         path,
         headers,
         body,
     };
-    let response = node.request(&actor, request, vec![actor.clone()]).await?;
-    to_http(response)
+    let routed = node
+        .route_request(&actor, request, chain, markers.hop())
+        .await?;
+    let mut response = to_http(routed.response)?;
+    add_node_header(&mut response, &routed.ran_on);
+    Ok(response)
+}
+
+fn add_node_header(response: &mut HttpResponse, node: &str) {
+    if let Ok(value) = hyper::header::HeaderValue::from_str(node) {
+        response.headers_mut().insert(HEADER_NODE, value);
+    }
 }
 
 fn text(status: u16, content_type: &str, body: &str) -> HttpResponse {

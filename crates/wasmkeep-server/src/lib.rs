@@ -7,11 +7,16 @@
 //!   JSON errors ([`error`]). WebSocket upgrades go to [`sockets`].
 //! - [`node`]: the [`Node`]: resident actors (stubs), `ensure_owner`, LRU
 //!   eviction, the class registry, the alarm sweep, graceful shutdown.
-//! - `mailbox`: one task per resident actor: activation (ownership record,
+//! - `mailbox`: one task per resident actor: activation (ownership record
+//!   through `wasmkeep_cluster::Ownership`,
 //!   store, instance), events one at a time, responses released behind each
 //!   event's output gate by a second task (group commit), hand-over.
 //! - [`host`]: the runtime's `ActorHost` (SQL, alarm, sockets, calls, log).
-//! - [`alarms`]: the node's one alarm timer. [`owner`]: ownership records.
+//! - [`alarms`]: the node's one alarm timer.
+//! - [`cluster`]: the heartbeat (node lease), self-fencing, signed node calls
+//!   (forwarding, actor calls, alarm hand-offs); [`relay`]: WebSockets relayed
+//!   to the node that holds the actor. Ownership records, leases, peers and
+//!   hints are `wasmkeep_cluster`'s.
 //! - [`classes`]: deploy and the class poll. [`metrics`], [`counting`]: Prometheus.
 //! - [`cli`]: the command line.
 //!
@@ -23,6 +28,7 @@
 pub mod alarms;
 pub mod classes;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod counting;
 pub mod error;
@@ -31,7 +37,7 @@ pub mod http;
 mod mailbox;
 pub mod metrics;
 pub mod node;
-pub mod owner;
+pub mod relay;
 pub mod route;
 pub mod sockets;
 

@@ -8,14 +8,15 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use wasmkeep_bucket::Etag;
+use wasmkeep_cluster::{AcquireOutcome, LeaseReturn};
 use wasmkeep_runtime::{ActorInstance, EventError, Message, Request, Response};
 use wasmkeep_store::{ActorStore, OutputGate, WriterId};
 use wasmkeep_types::ActorId;
 
 use crate::alarms::{Fire, now_ms, retry_delay};
 use crate::host::{NodeHost, Outgoing};
-use crate::node::{Node, Stub};
-use crate::owner::{self, Acquired, Hold};
+use crate::node::{Activation, Node, Stub};
 use crate::{Error, Result};
 
 /// Close code sent to WebSocket clients when the node shuts down.
@@ -58,7 +59,8 @@ struct Release {
 
 struct Active {
     instance: ActorInstance,
-    hold: Hold,
+    /// The etag of this node's ownership record, needed to release it.
+    hold: Etag,
     release_tx: mpsc::Sender<Release>,
     releaser: tokio::task::JoinHandle<()>,
 }
@@ -77,47 +79,73 @@ enum Leave {
     Idle,
     Shutdown,
     Broken,
+    /// This node's lease lapsed: drop the actor without releasing it.
+    Fenced,
 }
 
 pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Job>) {
     let active = match activate(&node, &stub).await {
         Ok(active) => active,
         Err(e) => {
-            node.metrics
-                .activation_failures
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(actor = %stub.id, error = %e, "activation failed");
+            let outcome = match &e {
+                Error::HeldElsewhere { node: peer } => {
+                    tracing::debug!(actor = %stub.id, %peer, "held by another node");
+                    Activation::Elsewhere(peer.clone())
+                }
+                other => {
+                    node.metrics
+                        .activation_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(actor = %stub.id, error = %other, "activation failed");
+                    Activation::Failed {
+                        reason: other.to_string(),
+                        unknown_class: match other {
+                            Error::UnknownClass(c) => Some(c.clone()),
+                            _ => None,
+                        },
+                    }
+                }
+            };
             let released = node.begin_release(&stub, false, true);
+            stub.activation.send_replace(outcome);
             rx.close();
             while let Ok(job) = rx.try_recv() {
-                fail_job(job, &e);
+                fail_job(&node, job, &e);
             }
             node.end_release(&stub, released);
             return;
         }
     };
+    stub.activation.send_replace(Activation::Ready);
     serve(node, stub, rx, active).await;
 }
 
 /// Acquires the ownership record, restores the store and instantiates.
+/// `Err(HeldElsewhere)` (and a hint) when another node holds the actor.
 async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
     let actor = &stub.id;
     let component = node.class(&actor.class)?;
-    let hold = match owner::acquire(&node.bucket, &node.keys, actor, &node.me).await? {
-        Acquired::Held(hold) => hold,
-        Acquired::Elsewhere { node: other } => {
-            return Err(Error::unavailable(format!(
-                "actor {actor} is held by node {other:?}"
-            )));
+    let hold = match node.ownership.acquire(actor).await {
+        Ok(AcquireOutcome::Acquired { etag }) => etag,
+        Ok(AcquireOutcome::HeldBy { node: other }) => {
+            node.hints.learn(actor, &other);
+            return Err(Error::HeldElsewhere { node: other });
         }
+        Err(wasmkeep_cluster::Error::LeaseInvalid) => {
+            return Err(Error::unavailable(
+                "this node's lease is not valid; it serves again once renewed",
+            ));
+        }
+        Err(e) => return Err(e.into()),
     };
+    node.hints.forget(actor);
     let opened = ActorStore::open(
         Arc::clone(&node.bucket),
         node.keys.clone(),
         actor.clone(),
         WriterId {
-            node: node.me.node.to_string(),
-            incarnation: node.me.incarnation.clone(),
+            node: node.node_id.to_string(),
+            incarnation: node.lease.incarnation(),
         },
         node.store_config.clone(),
     )
@@ -125,7 +153,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
     let store = match opened {
         Ok(store) => store,
         Err(e) => {
-            release_hold(node, &hold).await;
+            release_hold(node, actor, &hold).await;
             return Err(Error::Store(e.to_string()));
         }
     };
@@ -139,7 +167,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
     let instance = match component.instantiate(actor.clone(), Box::new(host)).await {
         Ok(instance) => instance,
         Err(e) => {
-            release_hold(node, &hold).await;
+            release_hold(node, actor, &hold).await;
             return Err(Error::Runtime(e.to_string()));
         }
     };
@@ -158,29 +186,37 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
     })
 }
 
-async fn release_hold(node: &Node, hold: &Hold) {
-    if let Err(e) = owner::release(&node.bucket, hold, &node.me).await {
-        tracing::warn!(key = %hold.key, error = %e, "ownership record not released; it is taken over at the next activation");
+async fn release_hold(node: &Node, actor: &ActorId, hold: &Etag) {
+    if node.ownership.release(actor, hold).await == LeaseReturn::Failed {
+        tracing::warn!(%actor, "ownership record not released; it expires with this node's lease");
     }
 }
 
-fn fail_job(job: Job, error: &Error) {
-    if let Job::Request {
-        reply: Some(reply), ..
-    } = job
-    {
-        let e = match error {
-            Error::UnknownClass(c) => Error::UnknownClass(c.clone()),
-            Error::Unavailable {
-                reason,
-                retry_after_s,
-            } => Error::Unavailable {
-                reason: reason.clone(),
-                retry_after_s: *retry_after_s,
-            },
-            other => Error::unavailable(other.to_string()),
-        };
-        let _ = reply.send(Err(e));
+fn fail_job(node: &Arc<Node>, job: Job, error: &Error) {
+    match job {
+        Job::Request {
+            reply: Some(reply), ..
+        } => {
+            let e = match error {
+                Error::UnknownClass(c) => Error::UnknownClass(c.clone()),
+                Error::HeldElsewhere { node } => Error::HeldElsewhere { node: node.clone() },
+                Error::Unavailable {
+                    reason,
+                    retry_after_s,
+                } => Error::Unavailable {
+                    reason: reason.clone(),
+                    retry_after_s: *retry_after_s,
+                },
+                other => Error::unavailable(other.to_string()),
+            };
+            let _ = reply.send(Err(e));
+        }
+        // An alarm that could not run here is delivered again (here or
+        // handed off); the committed alarm stays in the actor's database.
+        Job::Alarm(fire) if !node.is_shutting_down() => {
+            node.timer.set(now_ms() + 1000, fire);
+        }
+        _ => {}
     }
 }
 
@@ -205,6 +241,9 @@ async fn releaser(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Relea
                 }
             }
             Err(e) => {
+                if matches!(e, wasmkeep_store::Error::Fenced { .. }) {
+                    node.metrics.store_fenced.fetch_add(1, Ordering::Relaxed);
+                }
                 tracing::warn!(actor = %stub.id, error = %e, "output gate failed; dropping the actor");
                 if let Some((reply, _)) = release.reply {
                     let _ = reply.send(Err(Error::unavailable(format!(
@@ -233,13 +272,23 @@ fn switch_component(node: &Node, stub: &Stub, instance: &mut ActorInstance) {
 
 /// Runs one job as an event.
 async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, job: Job) {
+    // Self-fencing: no event runs without a valid node lease.
+    if stub.is_fenced() || !node.lease.is_valid() {
+        fail_job(
+            node,
+            job,
+            &Error::unavailable("this node's lease is not valid; it serves again once renewed"),
+        );
+        stub.mark_fenced();
+        return;
+    }
     switch_component(node, stub, &mut active.instance);
     node.metrics.events.fetch_add(1, Ordering::Relaxed);
     let instance = &mut active.instance;
     let alarm_before = host(instance).store.alarm();
     if let Err(e) = host(instance).store.begin_event() {
         tracing::warn!(actor = %stub.id, error = %e, "begin_event failed; dropping the actor");
-        fail_job(job, &Error::Store(e.to_string()));
+        fail_job(node, job, &Error::Store(e.to_string()));
         stub.mark_broken();
         return;
     }
@@ -345,6 +394,9 @@ async fn commit(
         }
         Err(e) => {
             let broken = h.store.is_failed();
+            if h.store.is_fenced() {
+                node.metrics.store_fenced.fetch_add(1, Ordering::Relaxed);
+            }
             tracing::warn!(actor = %stub.id, error = %e, broken, "commit failed");
             if let Some((reply, _)) = reply {
                 let error = if broken {
@@ -459,7 +511,8 @@ async fn hand_over(
         return Some((rx, active));
     }
     rx.close();
-    let healthy = leave != Leave::Broken;
+    let fenced = leave == Leave::Fenced;
+    let healthy = !matches!(leave, Leave::Broken | Leave::Fenced);
     if healthy {
         // Events queued before the close still run here.
         while let Ok(job) = rx.try_recv() {
@@ -470,16 +523,16 @@ async fn hand_over(
     } else {
         let error = Error::unavailable(format!("actor {} is being restored", stub.id));
         while let Ok(job) = rx.try_recv() {
-            fail_job(job, &error);
+            fail_job(node, job, &error);
         }
     }
     // Sockets: clients are told to reconnect; the guest sees each close.
-    let code = if healthy {
+    let code = if healthy || fenced {
         CLOSE_SERVICE_RESTART
     } else {
         CLOSE_INTERNAL_ERROR
     };
-    let reason = if healthy {
+    let reason = if healthy || fenced {
         "server restarting"
     } else {
         "actor restarting"
@@ -516,7 +569,13 @@ async fn hand_over(
         tracing::warn!(actor = %stub.id, error = %e, "flush at hand-over failed");
     }
     drop(instance);
-    release_hold(node, &hold).await;
+    if fenced {
+        // The lease lapsed: another node may hold the actor by now, so the
+        // record is not touched; it names an incarnation that never renews.
+        tracing::warn!(actor = %stub.id, "dropped without release: this node's lease lapsed");
+    } else {
+        release_hold(node, &stub.id, &hold).await;
+    }
     node.end_release(stub, released);
     if leave == Leave::Idle {
         node.metrics.hibernations.fetch_add(1, Ordering::Relaxed);
@@ -548,6 +607,9 @@ async fn serve_until_leave(
     let mut shutdown: watch::Receiver<bool> = node.shutdown_rx();
     let idle_timeout = node.config.idle_timeout;
     loop {
+        if stub.is_fenced() {
+            return Leave::Fenced;
+        }
         if stub.broken.load(Ordering::Acquire) {
             return Leave::Broken;
         }

@@ -76,6 +76,17 @@ pub struct Metrics {
     pub sockets_open: AtomicI64,
     pub socket_messages: AtomicU64,
     pub class_loads: AtomicU64,
+    pub forwarded_requests: AtomicU64,
+    pub forward_failures: AtomicU64,
+    pub forward_loops: AtomicU64,
+    pub forward_latency: Histogram,
+    pub relayed_sockets: AtomicU64,
+    pub alarm_hand_offs: AtomicU64,
+    pub signed_refused: AtomicU64,
+    pub lease_renewals: AtomicU64,
+    pub lease_failures: AtomicU64,
+    pub peers_live: AtomicI64,
+    pub store_fenced: AtomicU64,
     bucket_requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     pub bucket_latency: Histogram,
 }
@@ -108,7 +119,52 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 10] = [
+        let counters: [(&str, &str, u64); 19] = [
+            (
+                "wasmkeep_forwarded_requests_total",
+                "Requests and calls forwarded to the node that holds the actor.",
+                load(&self.forwarded_requests),
+            ),
+            (
+                "wasmkeep_forward_failures_total",
+                "Calls to peers that failed (the peer is then suspect).",
+                load(&self.forward_failures),
+            ),
+            (
+                "wasmkeep_forward_loops_total",
+                "Forwarded requests that found the actor elsewhere again (answered 503).",
+                load(&self.forward_loops),
+            ),
+            (
+                "wasmkeep_relayed_sockets_total",
+                "WebSockets relayed to the node that holds the actor.",
+                load(&self.relayed_sockets),
+            ),
+            (
+                "wasmkeep_alarm_hand_offs_total",
+                "Alarms handed off to the node that holds the actor.",
+                load(&self.alarm_hand_offs),
+            ),
+            (
+                "wasmkeep_signed_calls_refused_total",
+                "Signed calls whose signature was refused (served as ordinary requests).",
+                load(&self.signed_refused),
+            ),
+            (
+                "wasmkeep_lease_renewals_total",
+                "Successful node lease renewals.",
+                load(&self.lease_renewals),
+            ),
+            (
+                "wasmkeep_lease_renewal_failures_total",
+                "Failed node lease renewals.",
+                load(&self.lease_failures),
+            ),
+            (
+                "wasmkeep_store_fenced_total",
+                "Actor writes refused because another writer extended the log (fencing).",
+                load(&self.store_fenced),
+            ),
             (
                 "wasmkeep_activations_total",
                 "Actors activated on this node.",
@@ -173,6 +229,11 @@ impl Metrics {
                 "WebSockets open.",
                 self.sockets_open.load(Ordering::Relaxed),
             ),
+            (
+                "wasmkeep_peers_live",
+                "Other nodes whose lease this node judges valid.",
+                self.peers_live.load(Ordering::Relaxed),
+            ),
         ];
         for (name, help, value) in gauges {
             let _ = writeln!(
@@ -184,6 +245,12 @@ impl Metrics {
             &mut out,
             "wasmkeep_event_seconds",
             "Event latency including the output gate.",
+            "",
+        );
+        self.forward_latency.render(
+            &mut out,
+            "wasmkeep_forward_seconds",
+            "Latency of forwarded requests and calls, the peer's event included.",
             "",
         );
         self.alarm_lag.render(

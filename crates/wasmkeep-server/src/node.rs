@@ -1,6 +1,7 @@
 //! The node: its resident actors (stubs), `ensure_owner`, the class
-//! registry, and the long-running parts (alarm timer, alarm sweep, class
-//! poll) started and stopped together.
+//! registry, its place in the cluster (node lease, peers, ownership records,
+//! hints, signer) and the long-running parts (alarm timer, alarm sweep, class
+//! poll, heartbeat) started and stopped together.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,12 +15,20 @@ use wasmkeep_runtime::{ClassComponent, Request, Response, Runtime};
 use wasmkeep_store::StoreConfig;
 use wasmkeep_types::{ActorId, ClassName, Keys};
 
+use wasmkeep_cluster::hints::Hints;
+use wasmkeep_cluster::{
+    Clock, LeaseObserver, NodeLease, OsRandom, Ownership, Peers, Random, Signer, SystemClock,
+};
+use wasmkeep_transport::PeerClient;
+use wasmkeep_types::NodeId;
+use wasmkeep_types::heartbeat::NodeState;
+
 use crate::alarms::{AlarmTimer, Fire, now_ms};
+use crate::cluster::{self, Hop, Routed};
 use crate::counting::CountingBucket;
 use crate::host::SharedSockets;
 use crate::mailbox::{self, Job};
 use crate::metrics::Metrics;
-use crate::owner::Me;
 use crate::{Error, NodeConfig, Result, classes};
 
 /// A resident actor's in-memory state shared outside its mailbox.
@@ -35,6 +44,25 @@ pub struct Stub {
     /// The actor this actor's running event is calling, if any: the edges of
     /// the node's waits-for graph, followed to refuse deadlocking calls.
     waiting_on: Mutex<Option<ActorId>>,
+    /// Set when this node's lease lapsed: the mailbox drops the actor
+    /// without releasing it (self-fencing).
+    pub(crate) fenced: AtomicBool,
+    /// How the activation went; `ensure_owner` waits for it.
+    pub(crate) activation: watch::Sender<Activation>,
+}
+
+/// The outcome of a stub's activation.
+#[derive(Debug, Clone)]
+pub(crate) enum Activation {
+    Pending,
+    Ready,
+    /// Another node holds the actor.
+    Elsewhere(NodeId),
+    /// Anything else; `unknown_class` keeps a 404 a 404.
+    Failed {
+        reason: String,
+        unknown_class: Option<String>,
+    },
 }
 
 impl Stub {
@@ -50,12 +78,25 @@ impl Stub {
         self.broken.store(true, Ordering::Release);
         self.broken_notify.notify_one();
     }
+
+    pub(crate) fn mark_fenced(&self) {
+        self.fenced.store(true, Ordering::Release);
+        self.broken.store(true, Ordering::Release);
+        self.broken_notify.notify_one();
+    }
+
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Acquire)
+    }
 }
 
-/// Where an actor runs. Only `Local` for now; the cluster adds `Elsewhere`.
+/// Where an actor runs.
 #[derive(Debug, Clone)]
 pub enum Owner {
+    /// Resident here.
     Local(Arc<Stub>),
+    /// Held by `peer`, reached at its advertised `url`.
+    Elsewhere { peer: NodeId, url: String },
 }
 
 enum Entry {
@@ -69,8 +110,27 @@ pub struct Node {
     pub bucket: Arc<dyn Bucket>,
     pub keys: Keys,
     pub runtime: Runtime,
-    pub me: Me,
+    pub node_id: NodeId,
     pub metrics: Arc<Metrics>,
+    pub clock: Arc<dyn Clock>,
+    pub random: Arc<dyn Random>,
+    pub lease: Arc<NodeLease>,
+    pub peers: Peers,
+    pub ownership: Ownership,
+    pub hints: Hints,
+    /// Signs and verifies node calls; `None` without a cluster key.
+    pub signer: Option<Arc<Signer>>,
+    /// Sends signed calls to peers; `None` without a cluster key.
+    pub peer_client: Option<PeerClient>,
+    /// TLS roots for calls to `https` peers (the WebSocket relay).
+    pub(crate) tls_client: Arc<rustls::ClientConfig>,
+    /// The advertised URL (heartbeat line 3).
+    pub advertise: String,
+    pub(crate) state: Mutex<NodeState>,
+    /// Held while the heartbeat is written, so a resignation never races a renewal.
+    pub(crate) heartbeat_lock: tokio::sync::Mutex<()>,
+    /// Turned true once the lease was resigned: the heartbeat task stops.
+    pub(crate) resigned_tx: watch::Sender<bool>,
     pub(crate) store_config: StoreConfig,
     classes: RwLock<HashMap<ClassName, ClassComponent>>,
     actors: Mutex<HashMap<ActorId, Entry>>,
@@ -83,32 +143,105 @@ pub struct Node {
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("node", &self.me.node)
+            .field("node", &self.node_id)
             .finish_non_exhaustive()
     }
 }
 
 impl Node {
-    /// Builds the node, loads the deployed classes and starts the alarm
-    /// timer, the alarm sweep and the class poll.
+    /// Builds the node, loads the deployed classes, writes its first
+    /// heartbeat (the node lease: `starting`, then `serving`) and starts the
+    /// alarm timer, the alarm sweep, the class poll and the heartbeat.
     pub async fn start(
         config: NodeConfig,
         bucket: Arc<dyn Bucket>,
         runtime: Runtime,
     ) -> Result<Arc<Self>> {
+        Self::start_with(
+            config,
+            bucket,
+            runtime,
+            Arc::new(SystemClock),
+            Arc::new(OsRandom),
+        )
+        .await
+    }
+
+    /// [`start`](Self::start) with the given clock and randomness.
+    pub async fn start_with(
+        config: NodeConfig,
+        bucket: Arc<dyn Bucket>,
+        runtime: Runtime,
+        clock: Arc<dyn Clock>,
+        random: Arc<dyn Random>,
+    ) -> Result<Arc<Self>> {
         let metrics = Arc::new(Metrics::default());
         let bucket: Arc<dyn Bucket> = Arc::new(CountingBucket::new(bucket, Arc::clone(&metrics)));
         let (shutdown_tx, _) = watch::channel(false);
+        let (resigned_tx, _) = watch::channel(false);
+        let keys = Keys::new(&config.app);
+        let node_id = config.node_id.clone();
+        let lease = Arc::new(NodeLease::new(
+            Arc::clone(&clock),
+            Arc::clone(&random),
+            config.lease_ttl,
+        ));
+        let observer = Arc::new(LeaseObserver::new(
+            Arc::clone(&clock),
+            config.lease_ttl,
+            LeaseObserver::default_margin(config.lease_ttl),
+        ));
+        let peers = Peers::new(
+            Arc::clone(&bucket),
+            keys.clone(),
+            config.app.clone(),
+            node_id.clone(),
+            Arc::clone(&clock),
+            Arc::clone(&observer),
+        );
+        let ownership = Ownership::new(
+            Arc::clone(&bucket),
+            keys.clone(),
+            node_id.clone(),
+            Arc::clone(&lease),
+            observer,
+            Arc::clone(&clock),
+            Arc::clone(&random),
+        );
+        let tls_client = wasmkeep_transport::tls::client_config(config.tls_ca.as_deref())
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let signer = match &config.cluster_key_file {
+            Some(path) => Some(Arc::new(Signer::from_key_file(
+                path,
+                node_id.to_string(),
+                Arc::clone(&clock),
+                Arc::clone(&random),
+            )?)),
+            None => None,
+        };
+        let peer_client = signer
+            .as_ref()
+            .map(|s| PeerClient::new(Arc::clone(s), Arc::clone(&tls_client)));
         let node = Arc::new(Self {
-            keys: Keys::new(&config.app),
-            me: Me {
-                node: config.node_id.clone(),
-                incarnation: format!("{:016x}", rand::random::<u64>()),
-            },
+            keys,
+            node_id,
+            advertise: config.advertise_url(),
             config,
             bucket,
             runtime,
             metrics,
+            hints: Hints::new(Arc::clone(&clock)),
+            clock,
+            random,
+            lease,
+            peers,
+            ownership,
+            signer,
+            peer_client,
+            tls_client,
+            state: Mutex::new(NodeState::Starting),
+            heartbeat_lock: tokio::sync::Mutex::new(()),
+            resigned_tx,
             store_config: StoreConfig::default(),
             classes: RwLock::new(HashMap::new()),
             actors: Mutex::new(HashMap::new()),
@@ -117,7 +250,18 @@ impl Node {
             shutdown_tx,
             socket_ids: AtomicU64::new(1),
         });
+        if node.signer.is_none() {
+            tracing::info!(
+                "no --cluster-key-file: this node runs alone (it keeps its lease and ownership records, but forwards nothing)"
+            );
+        }
+        cluster::renew(&node).await?;
         classes::poll(&node).await?;
+        *node.state.lock() = NodeState::Serving;
+        cluster::renew(&node).await?;
+        if let Err(e) = node.peers.refresh().await {
+            tracing::warn!(error = %e, "first peer refresh failed");
+        }
         node.spawn_background();
         Ok(node)
     }
@@ -132,6 +276,7 @@ impl Node {
             },
             self.shutdown_rx(),
         ));
+        tokio::spawn(cluster::heartbeat_loop(Arc::clone(self)));
         let node = Arc::clone(self);
         let mut shutdown = self.shutdown_rx();
         tokio::spawn(async move {
@@ -200,16 +345,18 @@ impl Node {
         self.actors.lock().len()
     }
 
-    /// Makes sure this node holds `actor` and returns its stub; the first
-    /// event of a new stub activates it (ownership record, store, instance).
+    /// Where `actor`'s events go: resident here → `Local`; a fresh owner
+    /// hint → `Elsewhere`; otherwise a new stub whose activation acquires
+    /// the ownership record (`Local`) or finds another node's valid hold
+    /// (`Elsewhere`, and a hint).
     pub async fn ensure_owner(self: &Arc<Self>, actor: &ActorId) -> Result<Owner> {
-        loop {
+        let stub = loop {
             let mut waiter = {
                 let mut actors = self.actors.lock();
                 match actors.get(actor) {
                     Some(Entry::Live(stub)) => {
                         stub.touch();
-                        return Ok(Owner::Local(Arc::clone(stub)));
+                        break Arc::clone(stub);
                     }
                     Some(Entry::Releasing(rx)) => rx.clone(),
                     None => {
@@ -217,6 +364,17 @@ impl Node {
                             return Err(Error::unavailable("the node is shutting down"));
                         }
                         self.class(&actor.class)?;
+                        if let Some(peer) = self.hints.get(actor)
+                            && peer != self.node_id
+                        {
+                            drop(actors);
+                            return self.elsewhere(actor, peer);
+                        }
+                        if !self.lease.is_valid() {
+                            return Err(Error::unavailable(
+                                "this node's lease is not valid; it serves again once renewed",
+                            ));
+                        }
                         if actors.len() >= self.config.actors_max {
                             self.evict_lru(&actors)?;
                         }
@@ -225,12 +383,47 @@ impl Node {
                         self.metrics
                             .resident_actors
                             .store(actors.len() as i64, Ordering::Relaxed);
-                        return Ok(Owner::Local(stub));
+                        break stub;
                     }
                 }
             };
             // A hibernating actor is released before it is activated again.
             let _ = waiter.wait_for(|released| *released).await;
+        };
+        let mut activation = stub.activation.subscribe();
+        let outcome = activation
+            .wait_for(|a| !matches!(a, Activation::Pending))
+            .await
+            .map(|a| a.clone())
+            .unwrap_or(Activation::Failed {
+                reason: "the actor's mailbox stopped".into(),
+                unknown_class: None,
+            });
+        match outcome {
+            Activation::Ready | Activation::Pending => Ok(Owner::Local(stub)),
+            Activation::Elsewhere(peer) => self.elsewhere(actor, peer),
+            Activation::Failed {
+                unknown_class: Some(class),
+                ..
+            } => Err(Error::UnknownClass(class)),
+            Activation::Failed { reason, .. } => Err(Error::unavailable(reason)),
+        }
+    }
+
+    /// `Elsewhere` for `peer`, with its advertised URL, or 503 when its
+    /// heartbeat was never seen.
+    fn elsewhere(&self, actor: &ActorId, peer: NodeId) -> Result<Owner> {
+        match self.peers.get(&peer) {
+            Some(p) => Ok(Owner::Elsewhere {
+                peer,
+                url: p.heartbeat.advertise,
+            }),
+            None => {
+                self.hints.forget(actor);
+                Err(Error::unavailable(format!(
+                    "actor {actor} is held by node {peer}, whose address is not known yet"
+                )))
+            }
         }
     }
 
@@ -268,6 +461,8 @@ impl Node {
             broken: AtomicBool::new(false),
             broken_notify: Notify::new(),
             waiting_on: Mutex::new(None),
+            fenced: AtomicBool::new(false),
+            activation: watch::channel(Activation::Pending).0,
         });
         tokio::spawn(mailbox::run(Arc::clone(self), Arc::clone(&stub), rx));
         stub
@@ -321,7 +516,8 @@ impl Node {
         matches!(self.actors.lock().get(&stub.id), Some(Entry::Live(s)) if Arc::ptr_eq(s, stub))
     }
 
-    /// Runs a request (from HTTP or another actor) as an event of `actor`.
+    /// Runs a request (from HTTP or another actor) as an event of `actor`,
+    /// here or, when another node holds it, there (one hop).
     /// `chain` lists the actors waiting on this call, `actor` last.
     pub async fn request(
         self: &Arc<Self>,
@@ -329,6 +525,19 @@ impl Node {
         request: Request,
         chain: Vec<ActorId>,
     ) -> Result<Response> {
+        self.route_request(actor, request, chain, Hop::Client)
+            .await
+            .map(|routed| routed.response)
+    }
+
+    /// [`request`](Self::request), saying how it arrived and which node ran it.
+    pub async fn route_request(
+        self: &Arc<Self>,
+        actor: &ActorId,
+        request: Request,
+        chain: Vec<ActorId>,
+        hop: Hop,
+    ) -> Result<Routed> {
         /// A stub that closes between lookup and send is looked up again, this often.
         const STALE_STUB_RETRIES_MAX: usize = 3;
         let mut job = Job::Request {
@@ -341,12 +550,29 @@ impl Node {
         if let Job::Request { reply, .. } = &mut job {
             *reply = Some(reply_tx);
         }
+        if matches!(hop, Hop::Forwarded { .. }) {
+            // The sender found this node named as the holder: a hint of ours
+            // saying otherwise is older than its reading, so the record decides.
+            self.hints.forget(actor);
+        }
         for _ in 0..STALE_STUB_RETRIES_MAX {
-            let Owner::Local(stub) = self.ensure_owner(actor).await?;
+            let stub = match self.ensure_owner(actor).await? {
+                Owner::Local(stub) => stub,
+                Owner::Elsewhere { peer, url } => {
+                    let Job::Request { request, chain, .. } = job else {
+                        return Err(Error::Runtime("a request job is a request".into()));
+                    };
+                    return cluster::forward_request(self, actor, &peer, &url, request, chain, hop)
+                        .await;
+                }
+            };
             match stub.tx.try_send(job) {
                 Ok(()) => {
                     return match reply_rx.await {
-                        Ok(result) => result,
+                        Ok(result) => result.map(|response| Routed {
+                            response,
+                            ran_on: self.node_id.to_string(),
+                        }),
                         Err(_) => Err(Error::unavailable(format!(
                             "actor {actor} stopped before answering"
                         ))),
@@ -417,10 +643,13 @@ impl Node {
     }
 
     /// Sends an event that no client waits for (alarm, socket), waiting for
-    /// room in the mailbox.
+    /// room in the mailbox. `Err(HeldElsewhere)` when another node holds it.
     pub(crate) async fn send_event(self: &Arc<Self>, actor: &ActorId, mut job: Job) -> Result<()> {
         for _ in 0..3 {
-            let Owner::Local(stub) = self.ensure_owner(actor).await?;
+            let stub = match self.ensure_owner(actor).await? {
+                Owner::Local(stub) => stub,
+                Owner::Elsewhere { peer, .. } => return Err(Error::HeldElsewhere { node: peer }),
+            };
             match stub.tx.send(job).await {
                 Ok(()) => return Ok(()),
                 Err(mpsc::error::SendError(back)) => job = back,
@@ -432,19 +661,28 @@ impl Node {
     }
 
     /// Called by the timer: the alarm goes to the actor's mailbox,
-    /// activating the actor if needed.
-    fn deliver_alarm(self: &Arc<Self>, fire: Fire) {
+    /// activating the actor if needed, or is handed off to the node that
+    /// holds the actor.
+    pub(crate) fn deliver_alarm(self: &Arc<Self>, fire: Fire) {
         let node = Arc::clone(self);
         tokio::spawn(async move {
             let actor = fire.actor.clone();
-            if let Err(e) = node.send_event(&actor, Job::Alarm(fire.clone())).await {
+            let mut sent = node.send_event(&actor, Job::Alarm(fire.clone())).await;
+            if let Err(Error::HeldElsewhere { node: peer }) = &sent {
+                sent = cluster::hand_off_alarm(&node, &actor, peer, fire.scheduled_ms).await;
+            }
+            if let Err(e) = sent {
                 // Not deliverable now (shutting down, class gone, bucket down):
                 // the committed alarm stays; the sweep or next activation finds it.
                 tracing::warn!(%actor, error = %e, "alarm not delivered");
                 if !node.is_shutting_down()
                     && matches!(
                         e,
-                        Error::Unavailable { .. } | Error::Bucket(_) | Error::Store(_)
+                        Error::Unavailable { .. }
+                            | Error::Bucket(_)
+                            | Error::Store(_)
+                            | Error::Cluster(_)
+                            | Error::HeldElsewhere { .. }
                     )
                 {
                     let retry_at = now_ms() + 1000;
@@ -490,23 +728,72 @@ impl Node {
     }
 
     /// Graceful stop: no new activations, every resident actor finishes its
-    /// queued events, closes its sockets (1012) and hibernates.
+    /// queued events, closes its sockets (1012) and hibernates (releasing its
+    /// ownership record); then the node resigns its lease (deletes its
+    /// heartbeat) so peers need not wait for the TTL.
     pub async fn shutdown(&self, grace: Duration) {
+        *self.state.lock() = NodeState::Stopping;
         let _ = self.shutdown_tx.send(true);
         let deadline = tokio::time::Instant::now() + grace;
         loop {
             let notified = self.actors_changed.notified();
             if self.actors.lock().is_empty() {
-                return;
+                break;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 tracing::warn!(
                     resident = self.resident_count(),
                     "shutdown grace expired with actors still resident"
                 );
-                return;
+                break;
             }
         }
+        cluster::resign(self).await;
+    }
+
+    /// Self-fencing after a lapsed lease: every resident actor is dropped
+    /// without releasing its ownership record (sockets closed with 1012).
+    /// Returns once no actor is resident.
+    pub(crate) async fn drop_every_actor(&self) {
+        /// How often a slow drop is logged.
+        const DROP_LOG_PERIOD: Duration = Duration::from_secs(5);
+        loop {
+            let notified = self.actors_changed.notified();
+            let live: Vec<Arc<Stub>> = self
+                .actors
+                .lock()
+                .values()
+                .filter_map(|e| match e {
+                    Entry::Live(stub) => Some(Arc::clone(stub)),
+                    Entry::Releasing(_) => None,
+                })
+                .collect();
+            for stub in &live {
+                stub.mark_fenced();
+            }
+            if self.actors.lock().is_empty() {
+                return;
+            }
+            if tokio::time::timeout(DROP_LOG_PERIOD, notified)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    resident = self.resident_count(),
+                    "still dropping actors after the lease lapsed"
+                );
+            }
+        }
+    }
+
+    /// The node's state as its heartbeat says it.
+    pub fn node_state(&self) -> NodeState {
+        *self.state.lock()
+    }
+
+    /// Serving: the lease is valid and the node is neither starting nor stopping.
+    pub fn is_serving(&self) -> bool {
+        !self.is_shutting_down() && self.node_state() == NodeState::Serving && self.lease.is_valid()
     }
 }
 

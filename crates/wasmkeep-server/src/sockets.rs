@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::{self, handshake::derive_accept_key};
 use wasmkeep_runtime::Message;
 use wasmkeep_types::ActorId;
 
+use crate::cluster::Hop;
 use crate::host::{Outgoing, SocketEntry};
 use crate::mailbox::Job;
 use crate::node::{Node, Owner, Stub};
@@ -36,10 +37,14 @@ pub fn is_upgrade(req: &hyper::Request<Incoming>) -> bool {
 }
 
 /// Accepts the upgrade: registers the socket with the actor and answers 101.
+/// On a node that does not hold the actor, the socket is relayed to the
+/// node that does (`path` is the actor-relative path with its query).
 pub async fn upgrade(
     node: &Arc<Node>,
     actor: &ActorId,
+    path: &str,
     mut req: hyper::Request<Incoming>,
+    hop: Hop,
 ) -> Result<hyper::Response<Full<Bytes>>> {
     if req.method() != hyper::Method::GET {
         return Err(Error::BadRequest(
@@ -61,9 +66,18 @@ pub async fn upgrade(
     else {
         return Err(Error::BadRequest("sec-websocket-key is missing".into()));
     };
+    if matches!(hop, Hop::Forwarded { .. }) {
+        // Relayed here by a node that found this one holding the actor.
+        node.hints.forget(actor);
+    }
     let limits = &node.config.limits;
     let (stub, id, rx) = loop {
-        let Owner::Local(stub) = node.ensure_owner(actor).await?;
+        let stub = match node.ensure_owner(actor).await? {
+            Owner::Local(stub) => stub,
+            Owner::Elsewhere { peer, url } => {
+                return crate::relay::relay(node, actor, &peer, &url, path, req, hop, &key).await;
+            }
+        };
         if stub.open_sockets() >= limits.sockets_per_actor_max {
             return Err(Error::unavailable(format!(
                 "actor {actor} has {} open sockets, the limit",

@@ -343,7 +343,8 @@ fn marker_headers_from_clients_do_not_reach_the_actor() {
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-path"), Some("/echo?q=1"));
     assert_eq!(r.header("x-mine"), Some("ok"));
-    assert_eq!(r.header("x-wasmkeep-node"), None);
+    // The node names itself (the node that ran the event), never the client's value.
+    assert_eq!(r.header("x-wasmkeep-node"), Some("dev"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,505 @@
+//! The node's place in the cluster: the heartbeat (its node lease, ADR 0020)
+//! and self-fencing when it lapses, the marker headers of signed node calls,
+//! and the calls themselves: forwarded requests and actor calls (one hop,
+//! with a loop guard) and alarm hand-offs (ADR 0005).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use parking_lot::Mutex;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+use tokio::time::Instant;
+use wasmkeep_cluster::signing::Verdict;
+use wasmkeep_runtime::{Request, Response};
+use wasmkeep_transport::PeerCall;
+use wasmkeep_types::heartbeat::{ClassesServed, DrainState, Heartbeat};
+use wasmkeep_types::{ActorId, NodeId};
+
+use crate::node::{Node, Owner};
+use crate::{Error, Result};
+
+/// Marker: this request was forwarded by a node (one hop; never forwarded again).
+pub const MARKER_FORWARDED: &str = "x-wasmkeep-forwarded";
+/// Marker: the actors waiting on this call, comma-separated, each percent-encoded.
+pub const MARKER_CALL_CHAIN: &str = "x-wasmkeep-call-chain";
+/// Marker: an alarm handed off by another node (its scheduled ms).
+pub const MARKER_ALARM: &str = "x-wasmkeep-alarm";
+/// Response header naming the node that ran the event.
+pub const HEADER_NODE: &str = "x-wasmkeep-node";
+
+/// Longest a hand-off or forward waits when the node has no better limit.
+const ALARM_HAND_OFF_TIME_MAX: Duration = Duration::from_secs(10);
+/// Refused signed calls are logged at most this often.
+const REFUSED_LOG_PERIOD: Duration = Duration::from_secs(10);
+/// Longest call chain accepted from a peer (the guest limit applies too).
+const CALL_CHAIN_ACTORS_MAX: usize = 64;
+
+/// Characters of an actor name escaped in a path or a call chain.
+const NAME_ESCAPES: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// How a request reached this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hop {
+    /// From a client (or a local actor): may be forwarded once.
+    Client,
+    /// A verified call from another node: never forwarded again.
+    Forwarded { from: String },
+}
+
+/// A response and the node whose event produced it.
+#[derive(Debug)]
+pub struct Routed {
+    pub response: Response,
+    pub ran_on: String,
+}
+
+/// What the verified markers of a request say.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Markers {
+    /// The sender, when the call verified.
+    pub from: Option<String>,
+    pub forwarded: bool,
+    pub call_chain: Option<Vec<ActorId>>,
+    pub alarm_ms: Option<i64>,
+}
+
+impl Markers {
+    pub fn hop(&self) -> Hop {
+        match (&self.from, self.forwarded) {
+            (Some(from), true) => Hop::Forwarded { from: from.clone() },
+            _ => Hop::Client,
+        }
+    }
+}
+
+/// Judges a request's marker headers: a verified signed call's markers are
+/// honoured; a refused one (bad, stale, replayed, or no cluster key here) is
+/// an ordinary request. Markers are never passed on to the guest.
+pub fn judge(
+    node: &Node,
+    method: &str,
+    path: &str,
+    query: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Markers {
+    let signed = headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case(wasmkeep_cluster::signing::HEADER_SIGNATURE));
+    if !signed {
+        return Markers::default();
+    }
+    let verdict = match &node.signer {
+        Some(signer) => signer.verify(method, path, query, headers, body),
+        None => Verdict::Refused("this node has no cluster key"),
+    };
+    match verdict {
+        Verdict::Verified { from, markers } => {
+            let find = |name: &str| {
+                markers
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.as_str())
+            };
+            let call_chain = find(MARKER_CALL_CHAIN).and_then(|v| match decode_chain(v) {
+                Ok(chain) => Some(chain),
+                Err(e) => {
+                    tracing::warn!(%from, error = %e, "ignoring a call chain that does not parse");
+                    None
+                }
+            });
+            Markers {
+                forwarded: find(MARKER_FORWARDED) == Some("1"),
+                alarm_ms: find(MARKER_ALARM).and_then(|v| v.parse().ok()),
+                call_chain,
+                from: Some(from),
+            }
+        }
+        Verdict::Unsigned => Markers::default(),
+        Verdict::Refused(reason) => {
+            node.metrics.signed_refused.fetch_add(1, Ordering::Relaxed);
+            log_refused(reason);
+            Markers::default()
+        }
+    }
+}
+
+fn log_refused(reason: &str) {
+    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    let now = Instant::now();
+    let mut last = LAST.lock();
+    if last.is_none_or(|at| now.duration_since(at) >= REFUSED_LOG_PERIOD) {
+        *last = Some(now);
+        tracing::warn!(
+            reason,
+            "refused a signed call; it is served as an ordinary request without its markers (logged at most every 10 s)"
+        );
+    }
+}
+
+/// The path of an actor's request on any node: `/<tenant>/<class>/<name>` + `rest`.
+pub fn actor_path(actor: &ActorId) -> String {
+    format!(
+        "/{}/{}/{}",
+        actor.tenant,
+        actor.class,
+        utf8_percent_encode(actor.name(), NAME_ESCAPES)
+    )
+}
+
+pub fn encode_chain(chain: &[ActorId]) -> String {
+    chain
+        .iter()
+        .map(|a| utf8_percent_encode(&a.to_string(), NAME_ESCAPES).to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub fn decode_chain(text: &str) -> std::result::Result<Vec<ActorId>, String> {
+    let chain: Vec<ActorId> = text
+        .split(',')
+        .map(|part| {
+            let id = percent_decode_str(part)
+                .decode_utf8()
+                .map_err(|_| format!("{part:?} is not UTF-8"))?;
+            ActorId::parse(&id).map_err(|e| e.to_string())
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    if chain.is_empty() || chain.len() > CALL_CHAIN_ACTORS_MAX {
+        return Err(format!("{} actors in a call chain", chain.len()));
+    }
+    Ok(chain)
+}
+
+fn split_query(path: &str) -> (&str, &str) {
+    path.split_once('?').unwrap_or((path, ""))
+}
+
+/// The peer client, or 503 with a clear log when this node has no cluster key.
+fn client<'a>(
+    node: &'a Node,
+    actor: &ActorId,
+    peer: &NodeId,
+) -> Result<&'a wasmkeep_transport::PeerClient> {
+    node.peer_client.as_ref().ok_or_else(|| {
+        tracing::warn!(%actor, %peer, "the actor is held by another node, but this node has no --cluster-key-file and cannot forward");
+        Error::unavailable(format!(
+            "actor {actor} is held by node {peer}; this node cannot forward (no cluster key)"
+        ))
+    })
+}
+
+/// Sends a request (or an actor call, when `chain` has more than the target)
+/// to the peer that holds the actor: one hop, signed. A request that itself
+/// arrived forwarded is not forwarded again (loop guard).
+pub async fn forward_request(
+    node: &Arc<Node>,
+    actor: &ActorId,
+    peer: &NodeId,
+    url: &str,
+    request: Request,
+    chain: Vec<ActorId>,
+    hop: Hop,
+) -> Result<Routed> {
+    if let Hop::Forwarded { from } = &hop {
+        node.metrics.forward_loops.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(%actor, %peer, %from, "a forwarded request found the actor elsewhere again; 503 instead of a second hop");
+        return Err(Error::unavailable(format!(
+            "actor {actor} is moving between nodes; retry"
+        )));
+    }
+    let client = client(node, actor, peer)?;
+    let (rest, query) = split_query(&request.path);
+    let mut markers = vec![(MARKER_FORWARDED.to_owned(), "1".to_owned())];
+    if chain.len() > 1 {
+        markers.push((MARKER_CALL_CHAIN.to_owned(), encode_chain(&chain)));
+    }
+    let method = http::Method::from_bytes(request.method.as_bytes())
+        .map_err(|_| Error::BadRequest(format!("method {:?} is not valid", request.method)))?;
+    let call = PeerCall {
+        method,
+        path: format!("{}{rest}", actor_path(actor)),
+        query: query.to_owned(),
+        headers: request.headers,
+        markers,
+        body: Bytes::from(request.body),
+        timeout: node.config.limits.forward_time_max,
+    };
+    let started = Instant::now();
+    let response = match client.send(url, call).await {
+        Ok(response) => response,
+        Err(e) => return Err(peer_failed(node, actor, peer, &e.to_string())),
+    };
+    let status = response.status().as_u16();
+    let mut ran_on = peer.to_string();
+    let mut headers = Vec::with_capacity(response.headers().len());
+    for (name, value) in response.headers() {
+        let Ok(value) = value.to_str() else { continue };
+        if name.as_str() == HEADER_NODE {
+            value.clone_into(&mut ran_on);
+        } else {
+            headers.push((name.as_str().to_owned(), value.to_owned()));
+        }
+    }
+    let limit = node.config.limits.forward_response_bytes_max;
+    let body = match Limited::new(response.into_body(), limit).collect().await {
+        Ok(collected) => collected.to_bytes().to_vec(),
+        Err(e) => {
+            return Err(peer_failed(
+                node,
+                actor,
+                peer,
+                &format!("reading the response failed: {e}"),
+            ));
+        }
+    };
+    node.metrics
+        .forwarded_requests
+        .fetch_add(1, Ordering::Relaxed);
+    node.metrics.forward_latency.observe(started.elapsed());
+    Ok(Routed {
+        response: Response {
+            status,
+            headers,
+            body,
+        },
+        ran_on,
+    })
+}
+
+/// A failed call to a peer: suspect it, forget the hint, answer 503.
+pub(crate) fn peer_failed(node: &Node, actor: &ActorId, peer: &NodeId, reason: &str) -> Error {
+    node.metrics
+        .forward_failures
+        .fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(%actor, %peer, reason, "call to a peer failed; it is suspect for a while");
+    node.peers.mark_suspect(peer);
+    node.hints.forget(actor);
+    Error::unavailable(format!(
+        "node {peer}, which holds actor {actor}, did not answer"
+    ))
+}
+
+/// Hands an alarm that fired here to the node that holds the actor: a signed
+/// POST to the actor's path with the alarm marker. On success the alarm is
+/// no longer this node's concern.
+pub async fn hand_off_alarm(
+    node: &Arc<Node>,
+    actor: &ActorId,
+    peer: &NodeId,
+    scheduled_ms: i64,
+) -> Result<()> {
+    let url = match node.ensure_owner(actor).await? {
+        Owner::Elsewhere { url, .. } => url,
+        // Came back here meanwhile: deliver locally.
+        Owner::Local(_) => {
+            return node
+                .send_event(
+                    actor,
+                    crate::mailbox::Job::Alarm(crate::alarms::Fire {
+                        actor: actor.clone(),
+                        scheduled_ms,
+                        retry_count: 0,
+                    }),
+                )
+                .await;
+        }
+    };
+    let client = client(node, actor, peer)?;
+    let call = PeerCall {
+        method: http::Method::POST,
+        path: format!("{}/", actor_path(actor)),
+        query: String::new(),
+        headers: Vec::new(),
+        markers: vec![(MARKER_ALARM.to_owned(), scheduled_ms.to_string())],
+        body: Bytes::new(),
+        timeout: ALARM_HAND_OFF_TIME_MAX.max(node.config.limits.event_time_max),
+    };
+    match client.send(&url, call).await {
+        Ok(response) if response.status().is_success() => {
+            node.metrics.alarm_hand_offs.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%actor, %peer, scheduled_ms, "alarm handed off");
+            Ok(())
+        }
+        Ok(response) => Err(Error::unavailable(format!(
+            "node {peer} answered {} to an alarm hand-off for {actor}",
+            response.status()
+        ))),
+        Err(e) => Err(peer_failed(node, actor, peer, &e.to_string())),
+    }
+}
+
+/// The receiving side of a hand-off: activate the actor here (if no other
+/// node holds it) and arm the alarm unless an earlier one is registered.
+pub async fn receive_alarm(node: &Arc<Node>, actor: &ActorId, scheduled_ms: i64) -> Result<()> {
+    // The sender found this node named as the holder: the record decides,
+    // not a hint of ours.
+    node.hints.forget(actor);
+    match node.ensure_owner(actor).await? {
+        Owner::Local(_) => {
+            // Activation armed the committed alarm; the mailbox runs a
+            // delivery only if it matches the committed one.
+            if !node.timer.contains(actor) {
+                node.timer.set_if_absent(actor.clone(), scheduled_ms);
+            }
+            Ok(())
+        }
+        Owner::Elsewhere { peer, .. } => Err(Error::unavailable(format!(
+            "actor {actor} is held by node {peer}; the alarm goes there"
+        ))),
+    }
+}
+
+/// This node's heartbeat now.
+fn heartbeat(node: &Node) -> Heartbeat {
+    Heartbeat {
+        node: node.node_id.clone(),
+        advertise: node.advertise.clone(),
+        app: node.config.app.clone(),
+        // Filled in by the lease.
+        incarnation: String::new(),
+        state: node.node_state(),
+        classes: match &node.config.classes {
+            None => ClassesServed::All,
+            Some(list) => ClassesServed::Only(list.iter().cloned().collect()),
+        },
+        resident_actors: node.resident_count() as u64,
+        drain: DrainState::None,
+        secrets: false,
+        capabilities: Default::default(),
+        generation: 0,
+    }
+}
+
+/// Renews the node lease once (writes the heartbeat).
+pub async fn renew(node: &Node) -> Result<()> {
+    let _writing = node.heartbeat_lock.lock().await;
+    if *node.resigned_tx.borrow() {
+        return Ok(());
+    }
+    let key = node.keys.node(&node.node_id);
+    match node.lease.renew(&*node.bucket, &key, heartbeat(node)).await {
+        Ok(()) => {
+            node.metrics.lease_renewals.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        Err(e) => {
+            node.metrics.lease_failures.fetch_add(1, Ordering::Relaxed);
+            Err(e.into())
+        }
+    }
+}
+
+/// Ends the lease at a clean shutdown (after the actors were released).
+pub async fn resign(node: &Node) {
+    let _writing = node.heartbeat_lock.lock().await;
+    let _ = node.resigned_tx.send(true);
+    let key = node.keys.node(&node.node_id);
+    match node.lease.resign(&*node.bucket, &key).await {
+        Ok(()) => tracing::info!("lease resigned: heartbeat deleted"),
+        Err(e) => {
+            tracing::warn!(error = %e, "deleting the heartbeat failed; it expires after the TTL")
+        }
+    }
+}
+
+/// The heartbeat: every period, renew the lease, then refresh the peers.
+/// A lease that lapsed (the bucket unreachable for longer than the TTL)
+/// makes the node drop every actor without releasing, rejoin with a new
+/// incarnation and renew again. Runs until the lease is resigned.
+pub async fn heartbeat_loop(node: Arc<Node>) {
+    let mut resigned = node.resigned_tx.subscribe();
+    let period = node.config.heartbeat_period;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = resigned.changed() => {}
+        }
+        if *resigned.borrow() {
+            return;
+        }
+        if node.lease.is_lapsed() {
+            tracing::error!(
+                resident = node.resident_count(),
+                "this node's lease lapsed (the bucket was unreachable longer than the lease TTL): dropping every actor and rejoining"
+            );
+            node.drop_every_actor().await;
+            node.lease.rejoin();
+            tracing::info!(incarnation = %node.lease.incarnation(), "rejoined with a new incarnation");
+        }
+        // A bucket that hangs must not hold the loop past a lapse: the next
+        // tick then drops the actors. A write cut off here may land later;
+        // the lease adopts its own late writes (and rejoins write afresh).
+        let bucket_time_max = node.config.lease_ttl;
+        match tokio::time::timeout(bucket_time_max, renew(&node)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
+            Err(_) => {
+                node.metrics.lease_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(timeout = ?bucket_time_max, "lease renewal timed out");
+            }
+        }
+        match tokio::time::timeout(bucket_time_max, node.peers.refresh())
+            .await
+            .unwrap_or_else(|_| {
+                Err(wasmkeep_cluster::Error::Bucket(
+                    wasmkeep_bucket::Error::Unavailable {
+                        key: node.keys.nodes_prefix(),
+                        reason: "the peer refresh timed out".into(),
+                    },
+                ))
+            }) {
+            Ok(()) => {
+                let live = node
+                    .peers
+                    .all()
+                    .iter()
+                    .filter(|p| p.live && p.heartbeat.node != node.node_id)
+                    .count();
+                node.metrics
+                    .peers_live
+                    .store(i64::try_from(live).unwrap_or(i64::MAX), Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!(error = %e, "peer refresh failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_chains_round_trip_any_name() {
+        let chain = vec![
+            ActorId::parse("demo/ks/a").expect("valid"),
+            ActorId::parse("demo/ks/b, c/é%").expect("valid"),
+        ];
+        let text = encode_chain(&chain);
+        assert!(!text.contains(' '));
+        assert_eq!(decode_chain(&text).expect("decodes"), chain);
+        assert!(decode_chain("demo/ks").is_err());
+        assert!(decode_chain("%FF").is_err());
+    }
+
+    #[test]
+    fn actor_paths_escape_the_name() {
+        let actor = ActorId::parse("demo/counter/a b/c").expect("valid");
+        assert_eq!(actor_path(&actor), "/demo/counter/a%20b%2Fc");
+        let routed = crate::route::route(&actor_path(&actor), None).expect("routes");
+        assert_eq!(
+            routed,
+            crate::route::Route::Actor {
+                actor,
+                path: "/".into()
+            }
+        );
+    }
+}

@@ -1,0 +1,281 @@
+//! WebSocket relay: an upgrade on a node that does not hold the actor opens a
+//! WebSocket to the holder (a signed call with the forwarded marker, over TLS
+//! for `https` peers) and pipes messages both ways until either side closes.
+//! The client is answered `101` only once the holder accepted, so a holder
+//! that refuses or is unreachable gives the client a plain `503`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::client::generate_key;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message};
+use wasmkeep_types::{ActorId, NodeId};
+
+use crate::cluster::{HEADER_NODE, Hop, MARKER_FORWARDED, actor_path, peer_failed};
+use crate::node::Node;
+use crate::{Error, Result};
+
+/// Longest the connection and handshake to the holder may take.
+const RELAY_CONNECT_TIME_MAX: Duration = Duration::from_secs(10);
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Relays the upgrade `req` for `actor` to `peer` at `url`; `key` is the
+/// client's `sec-websocket-key`.
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
+pub async fn relay(
+    node: &Arc<Node>,
+    actor: &ActorId,
+    peer: &NodeId,
+    url: &str,
+    path: &str,
+    mut req: hyper::Request<Incoming>,
+    hop: Hop,
+    key: &[u8],
+) -> Result<hyper::Response<Full<Bytes>>> {
+    if let Hop::Forwarded { from } = &hop {
+        node.metrics.forward_loops.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(%actor, %peer, %from, "a relayed socket found the actor elsewhere again; 503 instead of a second hop");
+        return Err(Error::unavailable(format!(
+            "actor {actor} is moving between nodes; retry"
+        )));
+    }
+    let Some(signer) = &node.signer else {
+        tracing::warn!(%actor, %peer, "the actor is held by another node, but this node has no --cluster-key-file and cannot relay");
+        return Err(Error::unavailable(format!(
+            "actor {actor} is held by node {peer}; this node cannot relay (no cluster key)"
+        )));
+    };
+    let (rest, query) = path.split_once('?').unwrap_or((path, ""));
+    let full_path = format!("{}{rest}", actor_path(actor));
+    let markers = vec![(MARKER_FORWARDED.to_owned(), "1".to_owned())];
+    let signed = signer.sign("GET", &full_path, query, &markers, b"");
+    let protocol = req.headers().get("sec-websocket-protocol").cloned();
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(node.config.limits.socket_message_bytes_max));
+    let connected = tokio::time::timeout(
+        RELAY_CONNECT_TIME_MAX,
+        connect(
+            node,
+            url,
+            &full_path,
+            query,
+            &signed,
+            protocol.as_ref(),
+            config,
+        ),
+    )
+    .await;
+    let (upstream, accepted_protocol) = match connected {
+        Ok(Ok(done)) => done,
+        Ok(Err(RelayError::Refused(status))) => {
+            // The holder answered but did not upgrade (e.g. 503 while it
+            // moves): not the peer's fault, so it is not made suspect.
+            return Err(Error::unavailable(format!(
+                "node {peer} refused the relayed socket for {actor} with {status}"
+            )));
+        }
+        Ok(Err(RelayError::Failed(reason))) => {
+            return Err(peer_failed(node, actor, peer, &reason));
+        }
+        Err(_) => {
+            return Err(peer_failed(
+                node,
+                actor,
+                peer,
+                "the relayed socket's handshake timed out",
+            ));
+        }
+    };
+    node.metrics.relayed_sockets.fetch_add(1, Ordering::Relaxed);
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let actor_for_log = actor.clone();
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let client = WebSocketStream::from_raw_socket(
+                    TokioIo::new(upgraded),
+                    Role::Server,
+                    Some(config),
+                )
+                .await;
+                pipe(client, upstream).await;
+                tracing::debug!(actor = %actor_for_log, "relayed socket closed");
+            }
+            Err(e) => tracing::debug!(error = %e, "websocket upgrade failed"),
+        }
+    });
+    let mut response = hyper::Response::builder()
+        .status(101)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-accept", derive_accept_key(key))
+        // The holder runs the socket's events.
+        .header(HEADER_NODE, peer.as_str());
+    if let Some(protocol) = accepted_protocol {
+        response = response.header("sec-websocket-protocol", protocol);
+    }
+    response
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| Error::BadRequest(e.to_string()))
+}
+
+enum RelayError {
+    /// The holder answered without upgrading.
+    Refused(u16),
+    /// No answer: connection, TLS or protocol failure.
+    Failed(String),
+}
+
+/// Opens the WebSocket to the holder.
+async fn connect(
+    node: &Node,
+    url: &str,
+    path: &str,
+    query: &str,
+    signed: &[(String, String)],
+    protocol: Option<&hyper::header::HeaderValue>,
+    config: WebSocketConfig,
+) -> std::result::Result<
+    (
+        WebSocketStream<Box<dyn Io>>,
+        Option<hyper::header::HeaderValue>,
+    ),
+    RelayError,
+> {
+    let failed = |what: &str, e: &dyn std::fmt::Display| RelayError::Failed(format!("{what}: {e}"));
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| failed(&format!("peer URL {url:?}"), &e))?;
+    let tls = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => {
+            return Err(RelayError::Failed(format!(
+                "peer URL {url:?} is neither http nor https"
+            )));
+        }
+    };
+    let host = uri
+        .host()
+        .ok_or_else(|| RelayError::Failed(format!("peer URL {url:?} has no host")))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let authority = uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .unwrap_or_else(|| format!("{host}:{port}"));
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| failed("connecting", &e))?;
+    let _ = tcp.set_nodelay(true);
+    let stream: Box<dyn Io> = if tls {
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| failed("peer host name", &e))?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&node.tls_client));
+        Box::new(
+            connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| failed("TLS handshake", &e))?,
+        )
+    } else {
+        Box::new(tcp)
+    };
+    let scheme = if tls { "wss" } else { "ws" };
+    let target = if query.is_empty() {
+        format!("{scheme}://{authority}{path}")
+    } else {
+        format!("{scheme}://{authority}{path}?{query}")
+    };
+    let mut request = http::Request::builder()
+        .method("GET")
+        .uri(&target)
+        .header("host", &authority)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", generate_key());
+    for (name, value) in signed {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    if let Some(protocol) = protocol {
+        request = request.header("sec-websocket-protocol", protocol.clone());
+    }
+    let request = request
+        .body(())
+        .map_err(|e| failed("building the relay request", &e))?;
+    match tokio_tungstenite::client_async_with_config(request, stream, Some(config)).await {
+        Ok((ws, response)) => {
+            let accepted = response.headers().get("sec-websocket-protocol").cloned();
+            Ok((ws, accepted))
+        }
+        Err(tungstenite::Error::Http(response)) => {
+            Err(RelayError::Refused(response.status().as_u16()))
+        }
+        Err(e) => Err(failed("WebSocket handshake", &e)),
+    }
+}
+
+/// Pipes messages both ways until either side closes; the close frame is
+/// passed on to the other side.
+async fn pipe<A, B>(mut client: WebSocketStream<A>, mut upstream: WebSocketStream<B>)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        tokio::select! {
+            from_client = client.next() => match from_client {
+                Some(Ok(Message::Close(frame))) => {
+                    let _ = upstream.close(frame).await;
+                    break;
+                }
+                Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => {
+                    if upstream.send(message).await.is_err() {
+                        let _ = client.close(None).await;
+                        break;
+                    }
+                }
+                // Pings are answered by each side's own WebSocket.
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => {
+                    let _ = upstream.close(None).await;
+                    break;
+                }
+            },
+            from_upstream = upstream.next() => match from_upstream {
+                Some(Ok(Message::Close(frame))) => {
+                    let _ = client.close(frame).await;
+                    break;
+                }
+                Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => {
+                    if client.send(message).await.is_err() {
+                        let _ = upstream.close(None).await;
+                        break;
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => {
+                    let _ = client.close(None).await;
+                    break;
+                }
+            },
+        }
+    }
+    let _ = client.flush().await;
+    let _ = upstream.flush().await;
+}

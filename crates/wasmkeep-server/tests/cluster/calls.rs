@@ -1,0 +1,124 @@
+//! Events that reach an actor through another node: a WebSocket opened on a
+//! non-owner is relayed both ways, and an actor's call to an actor owned
+//! elsewhere reaches that owner.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+
+use crate::runner::{BucketKind, Cluster, ClusterOptions};
+
+const PHASE_TIME_MAX: Duration = Duration::from_secs(60);
+/// Names tried to find a caller owned by another node than the callee.
+const CALLER_CANDIDATES: usize = 20;
+
+pub async fn websocket_through_a_non_owner_works_both_ways(tls: bool, bucket: BucketKind) {
+    crate::run(ClusterOptions::new("websocket", bucket, tls), websocket).await
+}
+
+pub async fn actor_calls_across_nodes(tls: bool, bucket: BucketKind) {
+    let options = ClusterOptions::new("calls", bucket, tls).with_class("sink", "kitchen-sink");
+    crate::run(options, calls).await
+}
+
+/// Sends `method path` via node `i` (retrying 503), expects 200, returns
+/// the answering node's index and the response.
+async fn owner_of(
+    c: &Cluster,
+    i: usize,
+    method: &str,
+    path: &str,
+) -> anyhow::Result<(usize, crate::client::Resp)> {
+    let r = c
+        .send_retrying(i, method, path, Instant::now() + PHASE_TIME_MAX)
+        .await?;
+    ensure!(
+        r.status == 200,
+        "{method} {path} via node {i}: {} {}",
+        r.status,
+        r.text()
+    );
+    let node = r
+        .node()
+        .with_context(|| format!("{method} {path}: no x-wasmkeep-node"))?;
+    let index = c
+        .index_of(node)
+        .with_context(|| format!("unknown node {node}"))?;
+    Ok((index, r))
+}
+
+async fn websocket(c: &mut Cluster) -> anyhow::Result<()> {
+    let (owner, _) = owner_of(c, 0, "POST", "/t/counter/w1/increment").await?;
+    let relay = (owner + 1) % c.len();
+    let mut socket = c
+        .http
+        .websocket(&c.url(relay, "/t/counter/w1/ws"))
+        .await
+        .with_context(|| format!("opening the socket via node {relay} (owner {owner})"))?;
+    // Client to actor and actor to client, through the relay.
+    for expected in 2..=4 {
+        socket.send_text("inc").await?;
+        let answer = socket.recv_text().await?;
+        ensure!(
+            answer.trim() == expected.to_string(),
+            "socket via node {relay}: `inc` answered {answer:?}, expected {expected}"
+        );
+    }
+    // The socket's writes are the owner's, seen over HTTP through any node,
+    // and an HTTP write is seen by the next socket message.
+    let (served_by, r) = owner_of(c, relay, "POST", "/t/counter/w1/increment").await?;
+    ensure!(
+        served_by == owner,
+        "w1 moved from node {owner} to node {served_by}"
+    );
+    ensure!(
+        r.count()? == 5,
+        "HTTP increment after 3 socket increments answered {}",
+        r.text()
+    );
+    socket.send_text("inc").await?;
+    let answer = socket.recv_text().await?;
+    ensure!(
+        answer.trim() == "6",
+        "socket `inc` after the HTTP increment answered {answer:?}"
+    );
+    socket.close().await;
+    Ok(())
+}
+
+async fn calls(c: &mut Cluster) -> anyhow::Result<()> {
+    let (callee_owner, _) = owner_of(c, 0, "POST", "/t/sink/callee/echo").await?;
+    // A caller on another node than the callee.
+    let mut caller = None;
+    for k in 0..CALLER_CANDIDATES {
+        let name = format!("caller{k}");
+        let via = (callee_owner + 1 + k) % c.len();
+        let (owner, _) = owner_of(c, via, "POST", &format!("/t/sink/{name}/echo")).await?;
+        if owner != callee_owner {
+            caller = Some((name, owner));
+            break;
+        }
+    }
+    let Some((caller, caller_owner)) = caller else {
+        bail!("{CALLER_CANDIDATES} callers all landed on the callee's node {callee_owner}");
+    };
+    // The kitchen sink's /call sends `POST /inner?x=1` to sink/callee, whose
+    // guest answers 404 `no route /inner`: proof the callee's guest ran.
+    let path = format!("/t/sink/{caller}/call?class=sink&name=callee");
+    let r = c
+        .send_retrying(caller_owner, "POST", &path, Instant::now() + PHASE_TIME_MAX)
+        .await?;
+    ensure!(
+        r.status == 404 && r.text().contains("no route /inner"),
+        "{caller} on node {caller_owner} calling callee on node {callee_owner}: {} {}",
+        r.status,
+        r.text()
+    );
+    // The call did not move the callee.
+    let (after, _) = owner_of(c, caller_owner, "POST", "/t/sink/callee/echo").await?;
+    ensure!(
+        after == callee_owner,
+        "after the call, callee answered from node {after}, not its owner {callee_owner}"
+    );
+    Ok(())
+}

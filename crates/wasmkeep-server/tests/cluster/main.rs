@@ -1,0 +1,92 @@
+//! Cluster tests (DESIGN.md "Testing"): real `wasmkeep serve` processes on
+//! loopback sharing one bucket — SeaweedFS (S3) for most, a folder for some —
+//! each test once over plain HTTP and once over TLS.
+//!
+//! Run: `WASMKEEP_WEED=/work/venv-sw/bin/weed cargo test --release -j2 -p wasmkeep-server --test cluster`
+//! (guests from scripts/build-guests). `WASMKEEP_S3_TESTS=skip` skips the
+//! SeaweedFS ones loudly.
+
+mod client;
+mod runner;
+
+mod bucket_loss;
+mod calls;
+mod failover;
+mod node_list;
+mod requests;
+mod signing;
+
+use runner::{BucketKind, Cluster, ClusterOptions};
+
+/// Starts the cluster, runs `body`, and panics with the error while the
+/// cluster is still alive, so its Drop prints every node's log tail.
+pub async fn run(
+    options: ClusterOptions,
+    body: impl AsyncFnOnce(&mut Cluster) -> anyhow::Result<()>,
+) {
+    if options.bucket != BucketKind::Folder
+        && wasmkeep_testkit::s3_tests_skipped(&format!("cluster {}", options.name))
+    {
+        return;
+    }
+    let name = options.name.clone();
+    let mut cluster = match Cluster::start(options).await {
+        Ok(cluster) => cluster,
+        Err(e) => panic!("cluster {name} did not start: {e:#}"),
+    };
+    if let Err(e) = body(&mut cluster).await {
+        panic!("cluster test {name} failed: {e:#}");
+    }
+}
+
+/// Generates `NAME::plain` and `NAME::tls`, both calling `TEST(tls, bucket)`.
+macro_rules! plain_and_tls {
+    ($(#[$meta:meta])* $name:ident => $test:path, $bucket:expr) => {
+        mod $name {
+            $(#[$meta])*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn plain() {
+                $test(false, $bucket).await
+            }
+
+            $(#[$meta])*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn tls() {
+                $test(true, $bucket).await
+            }
+        }
+    };
+}
+
+plain_and_tls!(
+    round_robin_requests_have_one_owner_per_actor => crate::requests::round_robin_requests_have_one_owner_per_actor,
+    crate::BucketKind::SeaweedFs
+);
+plain_and_tls!(
+    round_robin_requests_have_one_owner_per_actor_on_a_folder_bucket => crate::requests::round_robin_requests_have_one_owner_per_actor,
+    crate::BucketKind::Folder
+);
+plain_and_tls!(
+    killed_owner_is_replaced_with_every_acknowledged_write => crate::failover::killed_owner_is_replaced_with_every_acknowledged_write,
+    crate::BucketKind::SeaweedFs
+);
+plain_and_tls!(
+    node_cut_off_from_the_bucket_stops_serving => crate::bucket_loss::node_cut_off_from_the_bucket_stops_serving,
+    crate::BucketKind::PrivateSeaweedFs
+);
+plain_and_tls!(
+    websocket_through_a_non_owner_works_both_ways => crate::calls::websocket_through_a_non_owner_works_both_ways,
+    crate::BucketKind::SeaweedFs
+);
+plain_and_tls!(
+    actor_calls_across_nodes => crate::calls::actor_calls_across_nodes,
+    crate::BucketKind::SeaweedFs
+);
+plain_and_tls!(
+    forged_and_replayed_signed_calls_are_refused => crate::signing::forged_and_replayed_signed_calls_are_refused,
+    crate::BucketKind::SeaweedFs
+);
+plain_and_tls!(
+    node_list_shows_every_node => crate::node_list::node_list_shows_every_node,
+    crate::BucketKind::Folder
+);

@@ -1,0 +1,359 @@
+//! Two nodes in one process on one memory bucket, each with a real HTTP
+//! listener on loopback and a shared cluster key: forwarding to the owner,
+//! signed-call refusal (forged, replayed), marker stripping, and heartbeats
+//! that do not parse.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use wasmkeep_bucket::{Bucket, MemoryBucket};
+use wasmkeep_cluster::{OsRandom, Signer, SystemClock};
+use wasmkeep_runtime::{Runtime, RuntimeConfig};
+use wasmkeep_server::{Node, NodeConfig, classes, http};
+use wasmkeep_types::{AppName, ClassName, Keys, NodeId};
+
+const KEY: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+fn counter_bytes() -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/wasm/counter.wasm");
+    std::fs::read(&path)
+        .unwrap_or_else(|_| panic!("{} is missing: run scripts/build-guests", path.display()))
+}
+
+fn runtime() -> Runtime {
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasmkeep-server-tests-cache");
+    Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.join("components")),
+        instances_max: 16,
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
+}
+
+struct Running {
+    node: Arc<Node>,
+    addr: String,
+}
+
+async fn start(bucket: Arc<dyn Bucket>, id: &str, key_file: &Path) -> Running {
+    start_with(bucket, id, key_file, |_| {}).await
+}
+
+async fn start_with(
+    bucket: Arc<dyn Bucket>,
+    id: &str,
+    key_file: &Path,
+    adjust: impl FnOnce(&mut NodeConfig),
+) -> Running {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasmkeep-server-tests-cache");
+    let mut config = NodeConfig::new(
+        AppName::default_app(),
+        NodeId::new(id).unwrap(),
+        addr,
+        cache,
+    );
+    config.advertise = Some(format!("http://{addr}"));
+    config.cluster_key_file = Some(key_file.to_path_buf());
+    config.heartbeat_period = Duration::from_millis(200);
+    config.lease_ttl = Duration::from_secs(3);
+    adjust(&mut config);
+    let node = Node::start(config, bucket, runtime()).await.unwrap();
+    tokio::spawn(http::serve(
+        Arc::clone(&node),
+        listener,
+        node.shutdown_rx(),
+        Duration::from_secs(5),
+    ));
+    Running {
+        node,
+        addr: addr.to_string(),
+    }
+}
+
+async fn two_nodes() -> (tempfile::TempDir, Arc<dyn Bucket>, Running, Running) {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("cluster.key");
+    std::fs::write(&key_file, KEY).unwrap();
+    let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
+    classes::deploy(
+        &*bucket,
+        &Keys::new(&AppName::default_app()),
+        &ClassName::new("counter").unwrap(),
+        counter_bytes(),
+        &runtime(),
+    )
+    .await
+    .unwrap();
+    let a = start(Arc::clone(&bucket), "n1", &key_file).await;
+    let b = start(Arc::clone(&bucket), "n2", &key_file).await;
+    (dir, bucket, a, b)
+}
+
+/// One HTTP request on a blocking thread (the harness's client).
+async fn send(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: Vec<(String, String)>,
+) -> common::Resp {
+    let (addr, method, path) = (addr.to_owned(), method.to_owned(), path.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        common::request(&addr, &method, &path, &headers, b"")
+    })
+    .await
+    .unwrap()
+}
+
+/// Retries while the answer is 503 (a peer not seen yet, a lease starting).
+async fn send_until_served(addr: &str, method: &str, path: &str) -> common::Resp {
+    for _ in 0..200 {
+        let r = send(addr, method, path, Vec::new()).await;
+        if r.status != 503 {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{method} {path} on {addr}: still 503");
+}
+
+fn signer_for(node: &str) -> Signer {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("k");
+    std::fs::write(&key_file, KEY).unwrap();
+    Signer::from_key_file(
+        &key_file,
+        node.into(),
+        Arc::new(SystemClock),
+        Arc::new(OsRandom),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_non_owner_is_forwarded_and_answered() {
+    let (_dir, _bucket, a, b) = two_nodes().await;
+    let r = send_until_served(&a.addr, "POST", "/demo/counter/fwd/increment").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-wasmkeep-node"), Some("n1"));
+    let r = send_until_served(&b.addr, "POST", "/demo/counter/fwd/increment").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "2", "the owner's count, not a second copy");
+    assert_eq!(
+        r.header("x-wasmkeep-node"),
+        Some("n1"),
+        "the owner ran the event"
+    );
+    assert_eq!(b.node.resident_count(), 0, "the non-owner holds nothing");
+    let metrics = send(&b.addr, "GET", "/_wasmkeep/metrics", Vec::new())
+        .await
+        .text();
+    assert!(
+        wasmkeep_server::metrics::sample(&metrics, "wasmkeep_forwarded_requests_total").unwrap()
+            >= 1.0
+    );
+    a.node.shutdown(Duration::from_secs(10)).await;
+    b.node.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_replayed_signed_calls_are_ordinary_requests() {
+    let (_dir, _bucket, a, _b) = two_nodes().await;
+    let path = "/demo/counter/signed/increment";
+    // A valid signed alarm hand-off: honoured once (no guest code runs).
+    let signer = signer_for("n2");
+    let markers = vec![("x-wasmkeep-alarm".to_owned(), "1".to_owned())];
+    let signed = signer.sign("POST", path, "", &markers, b"");
+    let r = send(&a.addr, "POST", path, signed.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "alarm armed\n", "a verified marker is honoured");
+    // The same call again: replayed, so an ordinary request (the guest runs).
+    let r = send(&a.addr, "POST", path, signed).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "1", "a replayed call's markers are ignored");
+    // Forged: signed with another key.
+    let mut forged = signer_for("n2").sign("POST", path, "", &markers, b"");
+    for (name, value) in &mut forged {
+        if name == "x-wasmkeep-signature" {
+            *value = format!("v1={}", "00".repeat(32));
+        }
+    }
+    let r = send(&a.addr, "POST", path, forged).await;
+    assert_eq!(r.text(), "2", "a forged call's markers are ignored");
+    // Unsigned markers from a client: stripped.
+    let r = send(
+        &a.addr,
+        "POST",
+        path,
+        vec![
+            ("x-wasmkeep-alarm".into(), "1".into()),
+            ("x-wasmkeep-forwarded".into(), "1".into()),
+        ],
+    )
+    .await;
+    assert_eq!(r.text(), "3", "client markers are stripped");
+    let metrics = send(&a.addr, "GET", "/_wasmkeep/metrics", Vec::new())
+        .await
+        .text();
+    assert_eq!(
+        wasmkeep_server::metrics::sample(&metrics, "wasmkeep_signed_calls_refused_total"),
+        Some(2.0)
+    );
+    a.node.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_that_does_not_parse_is_ignored() {
+    let (_dir, bucket, a, b) = two_nodes().await;
+    let keys = Keys::new(&AppName::default_app());
+    bucket
+        .put(
+            &keys.node(&NodeId::new("garbage").unwrap()),
+            Bytes::from_static(b"not a heartbeat\n\xff"),
+        )
+        .await
+        .unwrap();
+    // A few heartbeat periods pass with the garbage in place.
+    let renewals = |n: &Running| {
+        n.node
+            .metrics
+            .lease_renewals
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = renewals(&a);
+    while renewals(&a) < before + 3 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        send(&a.addr, "GET", "/_wasmkeep/health", Vec::new())
+            .await
+            .status,
+        200
+    );
+    assert!(a.node.peers.get(&NodeId::new("garbage").unwrap()).is_none());
+    assert!(a.node.peers.get(&NodeId::new("n2").unwrap()).is_some());
+    let r = send_until_served(&b.addr, "POST", "/demo/counter/hb/increment").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    a.node.shutdown(Duration::from_secs(10)).await;
+    b.node.shutdown(Duration::from_secs(10)).await;
+    assert!(
+        bucket.list(&keys.nodes_prefix()).await.unwrap().len() == 1,
+        "both nodes resigned (deleted their heartbeats); only the garbage is left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alarm_that_fires_on_a_non_owner_is_handed_off_and_runs_once() {
+    let (dir, bucket, a, _b) = two_nodes().await;
+    // A third node that sweeps often, so it arms the alarm of an actor it
+    // does not hold and must hand it off when it fires.
+    let c = start_with(
+        Arc::clone(&bucket),
+        "n3",
+        &dir.path().join("cluster.key"),
+        |config| {
+            config.alarm_sweep_period = Duration::from_millis(100);
+        },
+    )
+    .await;
+    let r = send_until_served(&a.addr, "POST", "/demo/counter/al/alarm?in_ms=1500").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let handed_off = |n: &Running| {
+        n.node
+            .metrics
+            .alarm_hand_offs
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    while handed_off(&c) == 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut fired = String::new();
+    for _ in 0..100 {
+        fired = send_until_served(&a.addr, "GET", "/demo/counter/al/alarms")
+            .await
+            .text();
+        if fired != "0" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fired, "1", "the alarm ran once, on the owner");
+    assert_eq!(
+        c.node.resident_count(),
+        0,
+        "the non-owner did not take the actor"
+    );
+    a.node.shutdown(Duration::from_secs(10)).await;
+    c.node.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_the_bucket_stops_serving_and_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("cluster.key");
+    std::fs::write(&key_file, KEY).unwrap();
+    let shared = MemoryBucket::new();
+    classes::deploy(
+        &shared,
+        &Keys::new(&AppName::default_app()),
+        &ClassName::new("counter").unwrap(),
+        counter_bytes(),
+        &runtime(),
+    )
+    .await
+    .unwrap();
+    // The node's own client, which the test cuts off; `shared` still sees all.
+    let client = Arc::new(shared.new_client(7));
+    let a = start_with(
+        Arc::clone(&client) as Arc<dyn Bucket>,
+        "n1",
+        &key_file,
+        |config| {
+            config.lease_ttl = Duration::from_secs(1);
+        },
+    )
+    .await;
+    let path = "/demo/counter/cut/increment";
+    assert_eq!(send_until_served(&a.addr, "POST", path).await.text(), "1");
+    let owner_key = Keys::new(&AppName::default_app())
+        .owner(&wasmkeep_types::ActorId::parse("demo/counter/cut").unwrap());
+    let held = shared.get(&owner_key).await.unwrap();
+
+    client.faults().set_partitioned(true);
+    while send(&a.addr, "GET", "/_wasmkeep/health", Vec::new())
+        .await
+        .status
+        != 503
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while a.node.resident_count() > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = send(&a.addr, "POST", path, Vec::new()).await;
+    assert_eq!(r.status, 503, "no event runs without a lease: {}", r.text());
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(
+        shared.get(&owner_key).await.unwrap().meta.etag,
+        held.meta.etag,
+        "a node whose lease lapsed drops its actors without releasing them"
+    );
+
+    client.faults().set_partitioned(false);
+    let r = send_until_served(&a.addr, "POST", path).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "2", "every acknowledged write survived");
+    a.node.shutdown(Duration::from_secs(10)).await;
+}
