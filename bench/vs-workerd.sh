@@ -11,8 +11,9 @@
 #
 # The harness is copied to a writable folder (bench-results/harness) and set up
 # there once (./setup.sh: apt, npm, oha). For wasmkeep, the copy's server
-# start is replaced by `wasmkeep dev` on a folder bucket, its base URL gets the
-# tenant and class (/bench/counter), and "actor databases on disk" counts
+# start is replaced by `wasmkeep dev` on a folder bucket (its compiled-component
+# cache is the default one, so only the first start ever compiles), its base and
+# WebSocket URLs get the tenant and class (/bench/counter), and "actor databases on disk" counts
 # actor folders in the bucket instead of *.sqlite files.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -52,9 +53,10 @@ def sub(old, new):
 sub('BASE="http://127.0.0.1:$PORT"', 'BASE="http://127.0.0.1:$PORT/bench/counter"')
 sub('''  local cmd=("$WORKERD" serve "$HERE/workerd/config.capnp"
              --socket-addr "http=127.0.0.1:$PORT" --directory-path "do-storage=$DATA")''',
-    f'''  local cmd=("{exe}" dev --bucket "file://$DATA" --listen "127.0.0.1:$PORT" --data-dir "$DATA-node")''')
+    f'''  local cmd=("{exe}" dev --bucket "file://$DATA" --listen "127.0.0.1:$PORT")''')
 sub('''actor_dbs() { find "$DATA" -name '*.sqlite' ! -name 'metadata.sqlite' | wc -l; }''',
     '''actor_dbs() { find "$DATA/apps" -mindepth 5 -maxdepth 5 -type d -path '*/actors/*/*/*' 2>/dev/null | wc -l; }''')
+sub('--url "ws://127.0.0.1:$PORT/wsroom/ws"', '--url "ws://127.0.0.1:$PORT/bench/counter/wsroom/ws"')
 sub('if curl -s -o /dev/null --max-time 1 "$BASE/"', 'if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$PORT/"')
 open(dst, "w").write(s)
 PY

@@ -149,6 +149,9 @@ pub struct NodeArgs {
     /// An actor with no event and no socket for this long hibernates.
     #[arg(long, env = "WASMKEEP_IDLE_TIMEOUT")]
     pub idle_timeout: Option<String>,
+    /// An actor with no event for this long drops its guest instance (not its data).
+    #[arg(long, env = "WASMKEEP_INSTANCE_IDLE_TIMEOUT")]
+    pub instance_idle_timeout: Option<String>,
     /// Resident actors at most (least recently used idle ones hibernate).
     #[arg(long, env = "WASMKEEP_MAX_ACTORS")]
     pub max_actors: Option<String>,
@@ -373,6 +376,11 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
         &mut config.idle_timeout,
     )?;
     duration(
+        args.instance_idle_timeout.as_ref(),
+        "instance_idle_timeout",
+        &mut config.instance_idle_timeout,
+    )?;
+    duration(
         args.alarm_sweep.as_ref(),
         "alarm_sweep",
         &mut config.alarm_sweep_period,
@@ -446,7 +454,9 @@ pub async fn open_bucket(url: &str) -> anyhow::Result<Arc<dyn Bucket>> {
 fn runtime_for(config: &NodeConfig) -> anyhow::Result<Runtime> {
     let runtime_config = RuntimeConfig {
         cache_dir: Some(config.data_dir.join("components")),
-        instances_max: u32::try_from(config.actors_max + 64).unwrap_or(u32::MAX),
+        // Headroom over --max-actors: actors being evicted still hold their
+        // instance while new ones activate.
+        instances_max: u32::try_from(config.actors_max * 2 + 64).unwrap_or(u32::MAX),
         event_time_max: config.limits.event_time_max,
         ..RuntimeConfig::default()
     };

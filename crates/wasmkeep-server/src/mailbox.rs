@@ -606,6 +606,8 @@ async fn serve_until_leave(
 ) -> Leave {
     let mut shutdown: watch::Receiver<bool> = node.shutdown_rx();
     let idle_timeout = node.config.idle_timeout;
+    let instance_idle_timeout = node.config.instance_idle_timeout;
+    let mut last_job = tokio::time::Instant::now();
     loop {
         if stub.is_fenced() {
             return Leave::Fenced;
@@ -621,13 +623,22 @@ async fn serve_until_leave(
             _ = stub.broken_notify.notified() => continue,
             _ = shutdown.changed() => continue,
             job = rx.recv() => job,
-            _ = tokio::time::sleep(idle_timeout) => {
+            _ = tokio::time::sleep_until(last_job + instance_idle_timeout),
+                if active.instance.is_loaded() && instance_idle_timeout < idle_timeout =>
+            {
+                active.instance.unload();
+                node.metrics.instance_unloads.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            _ = tokio::time::sleep_until(last_job + idle_timeout) => {
                 if stub.open_sockets() == 0 {
                     return Leave::Idle;
                 }
+                last_job = tokio::time::Instant::now();
                 continue;
             }
         };
+        last_job = tokio::time::Instant::now();
         match job {
             Some(Job::Hibernate) => {
                 if stub.open_sockets() == 0 && rx.is_empty() {

@@ -68,6 +68,7 @@ pub struct Metrics {
     pub activations: AtomicU64,
     pub activation_failures: AtomicU64,
     pub hibernations: AtomicU64,
+    pub instance_unloads: AtomicU64,
     pub events: AtomicU64,
     pub guest_failures: AtomicU64,
     pub alarms_fired: AtomicU64,
@@ -119,7 +120,7 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 19] = [
+        let counters: [(&str, &str, u64); 20] = [
             (
                 "wasmkeep_forwarded_requests_total",
                 "Requests and calls forwarded to the node that holds the actor.",
@@ -179,6 +180,11 @@ impl Metrics {
                 "wasmkeep_hibernations_total",
                 "Actors hibernated by this node.",
                 load(&self.hibernations),
+            ),
+            (
+                "wasmkeep_instance_unloads_total",
+                "Guest instances of idle resident actors dropped (the actor stays resident).",
+                load(&self.instance_unloads),
             ),
             ("wasmkeep_events_total", "Events run.", load(&self.events)),
             (

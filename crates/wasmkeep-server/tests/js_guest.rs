@@ -18,9 +18,15 @@ fn counter_js() -> Option<PathBuf> {
         return Some(path);
     }
     if std::env::var("WASMKEEP_REQUIRE_JS").as_deref() == Ok("1") {
-        panic!("{} is missing: run scripts/build-guests --js", path.display());
+        panic!(
+            "{} is missing: run scripts/build-guests --js",
+            path.display()
+        );
     }
-    eprintln!("SKIPPED: {} is not built (scripts/build-guests --js builds it)", path.display());
+    eprintln!(
+        "SKIPPED: {} is not built (scripts/build-guests --js builds it)",
+        path.display()
+    );
     None
 }
 

@@ -619,3 +619,17 @@ async fn sockets_per_actor_are_limited() {
         .await
         .unwrap();
 }
+
+#[test]
+fn an_idle_actor_drops_its_instance_and_keeps_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &["--instance-idle-timeout", "100ms"]);
+    let r = server.req("POST", "/demo/counter/idle/increment");
+    assert_eq!((r.status, r.text()), (200, "1".to_owned()));
+    server.wait_until("the idle instance is unloaded", |s| {
+        s.metric("wasmkeep_instance_unloads_total") >= 1.0
+    });
+    assert_eq!(server.metric("wasmkeep_resident_actors"), 1.0);
+    let r = server.req("POST", "/demo/counter/idle/increment");
+    assert_eq!((r.status, r.text()), (200, "2".to_owned()));
+}
