@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
-use wasmkeep_bucket::Bucket;
+use wasmkeep_bucket::{Bucket, ObjectMeta};
 use wasmkeep_types::heartbeat::{ClassesServed, DrainState, Heartbeat, NodeState};
 use wasmkeep_types::{ActorId, Keys};
 
@@ -74,6 +74,23 @@ fn age(modified: SystemTime) -> Duration {
     SystemTime::now()
         .duration_since(modified)
         .unwrap_or_default()
+}
+
+/// Adds one object of an actor's database (a log record or a snapshot) to
+/// its row.
+fn count_data_object(row: &mut ActorRow, meta: &ObjectMeta) {
+    row.database_bytes += meta.size;
+    if meta.key.contains("/log/") {
+        row.log_records += 1;
+    } else if meta.key.contains("/snap/") {
+        row.snapshots += 1;
+    }
+    let written = meta
+        .last_modified
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    row.last_write_unix_s = Some(row.last_write_unix_s.map_or(written, |w| w.max(written)));
 }
 
 /// Every node with a heartbeat in the app. Heartbeats that do not parse are
@@ -157,18 +174,7 @@ pub async fn list_actors(
             continue;
         };
         let row = rows.entry(actor.clone()).or_insert_with(|| blank(&actor));
-        row.database_bytes += meta.size;
-        if meta.key.contains("/log/") {
-            row.log_records += 1;
-        } else if meta.key.contains("/snap/") {
-            row.snapshots += 1;
-        }
-        let written = meta
-            .last_modified
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        row.last_write_unix_s = Some(row.last_write_unix_s.map_or(written, |w| w.max(written)));
+        count_data_object(row, &meta);
     }
     for meta in bucket.list(&keys.owners_prefix()).await? {
         let Ok(actor) = keys.parse_owner_key(&meta.key) else {
@@ -230,18 +236,7 @@ pub async fn inspect_actor(
     let mut found = false;
     for meta in bucket.list(&keys.actor_prefix(actor)).await? {
         found = true;
-        row.database_bytes += meta.size;
-        if meta.key.contains("/log/") {
-            row.log_records += 1;
-        } else if meta.key.contains("/snap/") {
-            row.snapshots += 1;
-        }
-        let written = meta
-            .last_modified
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        row.last_write_unix_s = Some(row.last_write_unix_s.map_or(written, |w| w.max(written)));
+        count_data_object(&mut row, &meta);
     }
     match bucket.get(&keys.owner(actor)).await {
         Ok(object) => {
