@@ -210,6 +210,16 @@ impl Ownership {
             let body = Bytes::from(mine.to_text());
             let written = match self.read(actor).await? {
                 None => match self.bucket.get(&key).await {
+                    // A racing acquire created a record since our read: judge
+                    // its hold next round instead of overwriting it.
+                    Ok(object)
+                        if std::str::from_utf8(&object.bytes)
+                            .ok()
+                            .and_then(OwnershipRecord::parse)
+                            .is_some() =>
+                    {
+                        continue;
+                    }
                     // A record that does not parse: replace it.
                     Ok(object) => {
                         self.bucket
