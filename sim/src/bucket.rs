@@ -1,0 +1,266 @@
+//! [`SimBucket`]: one node's view of the shared bucket. It wraps that node's
+//! [`MemoryBucket`] client (request latency, unavailability, lost replies and
+//! partitions are the client's [`wasmkeep_bucket::Faults`]) and adds what the
+//! memory bucket lacks: a seeded *reply* latency after the write applied, so
+//! a request's start, its effect and its reply are three different instants,
+//! as on a real network. It also reports to the ground truth the instant each
+//! heartbeat, ownership record and log record really applied.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use wasmkeep_bucket::{Bucket, Error, Etag, ListPage, MemoryBucket, Object, ObjectMeta, Result};
+use wasmkeep_cluster::OwnershipRecord;
+use wasmkeep_types::Keys;
+use wasmkeep_types::heartbeat::Heartbeat;
+
+use crate::truth::Truth;
+
+pub struct SimBucket {
+    inner: MemoryBucket,
+    /// A fault-free client of the same objects: after a lost reply it tells
+    /// the ground truth whether the write really applied (the memory bucket
+    /// reports a lost reply even for a conditional write that did not).
+    oracle: MemoryBucket,
+    node: String,
+    keys: Keys,
+    truth: Arc<Mutex<Truth>>,
+    rng: Mutex<StdRng>,
+    reply_latency_max: Mutex<Duration>,
+}
+
+impl std::fmt::Debug for SimBucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimBucket")
+            .field("node", &self.node)
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl SimBucket {
+    pub fn new(
+        inner: MemoryBucket,
+        node: &str,
+        keys: Keys,
+        truth: Arc<Mutex<Truth>>,
+        seed: u64,
+    ) -> Self {
+        Self {
+            oracle: inner.new_client(0),
+            inner,
+            node: node.to_owned(),
+            keys,
+            truth,
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            reply_latency_max: Mutex::new(Duration::ZERO),
+        }
+    }
+
+    pub fn faults(&self) -> &wasmkeep_bucket::Faults {
+        self.inner.faults()
+    }
+
+    /// Every reply waits a uniform random part of `max` after the operation.
+    pub fn set_reply_latency_max(&self, max: Duration) {
+        *self.reply_latency_max.lock() = max;
+    }
+
+    /// Removes every fault of this client, reply latency included.
+    pub fn heal(&self) {
+        self.inner.faults().clear();
+        self.set_reply_latency_max(Duration::ZERO);
+    }
+
+    async fn reply<T>(&self, result: Result<T>) -> Result<T> {
+        let max = *self.reply_latency_max.lock();
+        if !max.is_zero() {
+            let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+            let delay = Duration::from_nanos(self.rng.lock().random_range(0..=nanos));
+            tokio::time::sleep(delay).await;
+        }
+        result
+    }
+
+    /// Tells the ground truth about a write that applied now.
+    fn applied(&self, key: &str, body: Option<&Bytes>, created: bool) {
+        let mut truth = self.truth.lock();
+        if key.starts_with(&self.keys.nodes_prefix()) {
+            if let Some(hb) = body
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .and_then(|t| Heartbeat::parse(t).ok())
+            {
+                truth.heartbeat_applied(hb.node.as_str(), &hb.incarnation);
+            }
+        } else if key.starts_with(&self.keys.owners_prefix()) {
+            let record = body
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .and_then(OwnershipRecord::parse)
+                .map(|r| (r.node.to_string(), r.incarnation, r.held));
+            truth.owner_applied(key, record);
+        } else if created && key.contains("/log/") {
+            truth.log_record_applied(key, &self.node);
+        }
+    }
+}
+
+impl SimBucket {
+    /// Traces what an ownership-record or heartbeat read returned (the
+    /// instant it was served), so a failure shows what each node saw.
+    fn note_read(&self, key: &str, result: &Result<Object>) {
+        let what = if key.starts_with(&self.keys.owners_prefix()) {
+            match result {
+                Ok(o) => std::str::from_utf8(&o.bytes)
+                    .ok()
+                    .and_then(OwnershipRecord::parse)
+                    .map(|r| {
+                        format!(
+                            "read owner {key}: {} {} {} ({})",
+                            r.node,
+                            r.incarnation,
+                            if r.held { "held" } else { "released" },
+                            o.meta.etag.0
+                        )
+                    }),
+                Err(e) => Some(format!("read owner {key}: {}", short(e))),
+            }
+        } else if key.starts_with(&self.keys.nodes_prefix()) {
+            match result {
+                Ok(o) => std::str::from_utf8(&o.bytes)
+                    .ok()
+                    .and_then(|t| Heartbeat::parse(t).ok())
+                    .map(|h| {
+                        format!(
+                            "read heartbeat {}: {} gen {} ({})",
+                            h.node, h.incarnation, h.generation, o.meta.etag.0
+                        )
+                    }),
+                Err(e) => Some(format!("read heartbeat {key}: {}", short(e))),
+            }
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            self.truth.lock().log(&self.node, what);
+        }
+    }
+
+    fn note_owner_write(
+        &self,
+        key: &str,
+        bytes: &Bytes,
+        etag: Option<&Etag>,
+        result: &Result<ObjectMeta>,
+    ) {
+        if !key.starts_with(&self.keys.owners_prefix()) {
+            return;
+        }
+        let record = std::str::from_utf8(bytes)
+            .ok()
+            .and_then(OwnershipRecord::parse)
+            .map(|r| format!("{} {}", r.node, r.incarnation))
+            .unwrap_or_default();
+        let outcome = match result {
+            Ok(m) => format!("ok ({})", m.etag.0),
+            Err(e) => short(e),
+        };
+        let condition = etag.map_or("absent".to_owned(), |e| format!("match {}", e.0));
+        self.truth.lock().log(
+            &self.node,
+            format!("write owner {key} [{condition}] {record}: {outcome}"),
+        );
+    }
+}
+
+fn short(e: &Error) -> String {
+    match e {
+        Error::NotFound { .. } => "not found".into(),
+        Error::Conflict { .. } => "conflict".into(),
+        Error::Unavailable { .. } => "unavailable".into(),
+        Error::OutcomeUnknown { .. } => "applied, reply lost".into(),
+        other => other.to_string(),
+    }
+}
+
+impl SimBucket {
+    /// Whether a write of `bytes` (`None`: a delete) to `key` that returned
+    /// `result` applied. The oracle has no latency, so asking it never
+    /// yields to another task.
+    async fn did_apply<T>(&self, key: &str, bytes: Option<&Bytes>, result: &Result<T>) -> bool {
+        match result {
+            Ok(_) => true,
+            Err(Error::OutcomeUnknown { .. }) => match (self.oracle.get(key).await, bytes) {
+                (Ok(object), Some(bytes)) => object.bytes == *bytes,
+                (Err(Error::NotFound { .. }), None) => true,
+                _ => false,
+            },
+            Err(_) => false,
+        }
+    }
+}
+
+#[async_trait]
+impl Bucket for SimBucket {
+    async fn get(&self, key: &str) -> Result<Object> {
+        let result = self.inner.get(key).await;
+        self.note_read(key, &result);
+        self.reply(result).await
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        let result = self.inner.head(key).await;
+        self.reply(result).await
+    }
+
+    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        let result = self.inner.put_if_absent(key, bytes.clone()).await;
+        self.note_owner_write(key, &bytes, None, &result);
+        if self.did_apply(key, Some(&bytes), &result).await {
+            self.applied(key, Some(&bytes), true);
+        }
+        self.reply(result).await
+    }
+
+    async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
+        let result = self.inner.put_if_match(key, bytes.clone(), etag).await;
+        self.note_owner_write(key, &bytes, Some(etag), &result);
+        if self.did_apply(key, Some(&bytes), &result).await {
+            self.applied(key, Some(&bytes), false);
+        }
+        self.reply(result).await
+    }
+
+    async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        let result = self.inner.put(key, bytes.clone()).await;
+        if self.did_apply(key, Some(&bytes), &result).await {
+            self.applied(key, Some(&bytes), false);
+        }
+        self.reply(result).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        let result = self.inner.delete(key).await;
+        if self.did_apply(key, None, &result).await {
+            self.applied(key, None, false);
+        }
+        self.reply(result).await
+    }
+
+    async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
+        let result = self.inner.delete_if_match(key, etag).await;
+        if self.did_apply(key, None, &result).await {
+            self.applied(key, None, false);
+        }
+        self.reply(result).await
+    }
+
+    async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
+        let result = self.inner.list_page(prefix, start_after).await;
+        self.reply(result).await
+    }
+}
