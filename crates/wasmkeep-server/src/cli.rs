@@ -63,6 +63,27 @@ pub enum NodeCommand {
         #[command(flatten)]
         view: ViewArgs,
     },
+    /// Asks a node to hand every actor over to its peers (writes
+    /// `control/drain/<node>`; ADR 0014).
+    Drain {
+        /// The node id.
+        node: String,
+        /// Follow the drain on stderr; exit 0 once the node reports `drained`.
+        #[arg(long)]
+        wait: bool,
+        /// Write the key even for an unknown node or the last serving one.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// Withdraws a drain request (deletes `control/drain/<node>`).
+    Undrain {
+        /// The node id.
+        node: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -114,6 +135,10 @@ pub struct DevArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub node: NodeArgs,
+    /// On SIGTERM, drain this node (hand every actor to its peers) for at
+    /// most this long before stopping (ADR 0014).
+    #[arg(long, env = "WASMKEEP_DRAIN_TIMEOUT", default_value = "30s")]
+    pub drain_timeout: String,
 }
 
 /// Flags of a node (`serve`, and `dev` with other defaults).
@@ -485,6 +510,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(args).await,
         Command::Deploy(args) => deploy(args).await,
         Command::Node(NodeCommand::List { view }) => node_list(view).await,
+        Command::Node(NodeCommand::Drain {
+            node,
+            wait,
+            force,
+            view,
+        }) => node_drain(&node, wait, force, view).await,
+        Command::Node(NodeCommand::Undrain { node, view }) => node_undrain(&node, view).await,
         Command::Actor(ActorCommand::List { prefix, view }) => {
             actor_list(prefix.as_deref(), view).await
         }
@@ -574,6 +606,112 @@ async fn node_list(view: ViewArgs) -> anyhow::Result<()> {
         ],
         &cells,
     ));
+    Ok(())
+}
+
+/// Pause between two looks at the heartbeats while `node drain --wait` follows.
+const DRAIN_WAIT_POLL: Duration = Duration::from_millis(250);
+
+/// Body of a drain key (its presence is what counts).
+const DRAIN_KEY_BODY: &[u8] = b"wasmkeep-drain 1\n";
+
+async fn node_drain(node: &str, wait: bool, force: bool, view: ViewArgs) -> anyhow::Result<()> {
+    let node_id = NodeId::new(node.to_owned())?;
+    let (bucket, keys, lease_ttl) = open_view(&view).await?;
+    let rows = wasmkeep_cluster::inspect::list_nodes(&*bucket, &keys, lease_ttl).await?;
+    let Some(row) = rows.iter().find(|r| r.node == node_id.as_str()) else {
+        if !force {
+            bail!(
+                "node {node_id} has no heartbeat in app {} (a typo, or a node that is gone); --force writes the drain key anyway",
+                view.app
+            );
+        }
+        eprintln!(
+            "wasmkeep: node {node_id} has no heartbeat; writing the drain key anyway (--force)"
+        );
+        return write_drain_key(&*bucket, &keys, &node_id, wait, &view, lease_ttl).await;
+    };
+    let others_serving = rows
+        .iter()
+        .filter(|r| {
+            r.node != row.node
+                && !r.stale
+                && r.state == "serving"
+                && r.drain == "none"
+                && !r.drain_requested
+        })
+        .count();
+    if others_serving == 0 && !force {
+        bail!(
+            "node {node_id} is the last serving node of app {}: nothing could take its actors; --force writes the drain key anyway (the node then keeps serving until a peer joins)",
+            view.app
+        );
+    }
+    write_drain_key(&*bucket, &keys, &node_id, wait, &view, lease_ttl).await
+}
+
+async fn write_drain_key(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    node_id: &NodeId,
+    wait: bool,
+    view: &ViewArgs,
+    lease_ttl: Duration,
+) -> anyhow::Result<()> {
+    bucket
+        .put(
+            &keys.drain(node_id),
+            bytes::Bytes::from_static(DRAIN_KEY_BODY),
+        )
+        .await
+        .context("writing the drain key")?;
+    eprintln!("wasmkeep: drain of node {node_id} requested");
+    if !wait {
+        return Ok(());
+    }
+    let mut last = String::new();
+    loop {
+        let rows = wasmkeep_cluster::inspect::list_nodes(bucket, keys, lease_ttl).await?;
+        let Some(row) = rows.iter().find(|r| r.node == node_id.as_str()) else {
+            bail!(
+                "node {node_id} left app {} before it reported drained",
+                view.app
+            );
+        };
+        if row.drain == "drained" {
+            eprintln!("wasmkeep: node {node_id} drained");
+            return Ok(());
+        }
+        let progress = match row.drain {
+            "none" => "waiting for the node to notice the drain key".to_owned(),
+            "asked" => "asked; waiting for an eligible peer (see the node's log)".to_owned(),
+            other => format!("{other}: {} actors left", row.resident_actors),
+        };
+        if progress != last {
+            eprintln!("wasmkeep: node {node_id}: {progress}");
+            last = progress;
+        }
+        tokio::time::sleep(DRAIN_WAIT_POLL).await;
+    }
+}
+
+async fn node_undrain(node: &str, view: ViewArgs) -> anyhow::Result<()> {
+    let node_id = NodeId::new(node.to_owned())?;
+    let (bucket, keys, _) = open_view(&view).await?;
+    let key = keys.drain(&node_id);
+    match bucket.head(&key).await {
+        Ok(_) => {}
+        Err(wasmkeep_bucket::Error::NotFound { .. }) => {
+            eprintln!("wasmkeep: node {node_id} had no drain request");
+            return Ok(());
+        }
+        Err(e) => return Err(e).context("reading the drain key"),
+    }
+    bucket
+        .delete(&key)
+        .await
+        .context("deleting the drain key")?;
+    eprintln!("wasmkeep: drain of node {node_id} withdrawn");
     Ok(())
 }
 
@@ -716,7 +854,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     }
     let listen = config.listen;
     let bucket_note = bucket_url.clone();
-    serve_node(config, bucket, runtime, move |addr| {
+    serve_node(config, bucket, runtime, None, move |addr| {
         let mut text =
             format!("wasmkeep dev: serving on http://{addr} (bucket {bucket_note})\nTry:\n");
         for class in &classes_deployed {
@@ -744,6 +882,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let drain_timeout = parse_duration(&args.drain_timeout).context("--drain-timeout")?;
     let (config, bucket_url) = node_config(
         &args.node,
         Defaults {
@@ -754,17 +893,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )?;
     let bucket = open_bucket(&bucket_url).await?;
     let runtime = runtime_for(&config)?;
-    serve_node(config, bucket, runtime, |addr| {
+    serve_node(config, bucket, runtime, Some(drain_timeout), |addr| {
         tracing::info!(%addr, "ready");
     })
     .await
 }
 
 /// Starts the node and its HTTP front, and runs until SIGTERM or SIGINT.
+/// With `drain_timeout` (`serve`), the signal first drains the node for at
+/// most that long; `dev` has no peers and stops at once.
 async fn serve_node(
     config: NodeConfig,
     bucket: Arc<dyn Bucket>,
     runtime: Runtime,
+    drain_timeout: Option<Duration>,
     on_ready: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
@@ -797,6 +939,13 @@ async fn serve_node(
     );
     on_ready(addr);
     wait_for_signal().await?;
+    if let Some(timeout) = drain_timeout
+        && node.signer.is_some()
+        && node.is_serving()
+    {
+        tracing::info!(?timeout, "SIGTERM: draining before stopping");
+        crate::drain::drain_for_signal(&node, timeout).await;
+    }
     tracing::info!("shutting down: finishing events, closing sockets, releasing actors");
     node.shutdown(grace).await;
     let _ = server.await;

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use wasmkeep_cluster::signing::Verdict;
 use wasmkeep_runtime::{Request, Response};
 use wasmkeep_transport::PeerCall;
-use wasmkeep_types::heartbeat::{ClassesServed, DrainState, Heartbeat};
+use wasmkeep_types::heartbeat::{ClassesServed, Heartbeat};
 use wasmkeep_types::{ActorId, NodeId};
 
 use crate::node::{Node, Owner};
@@ -27,6 +27,10 @@ pub const MARKER_FORWARDED: &str = "x-wasmkeep-forwarded";
 pub const MARKER_CALL_CHAIN: &str = "x-wasmkeep-call-chain";
 /// Marker: an alarm handed off by another node (its scheduled ms).
 pub const MARKER_ALARM: &str = "x-wasmkeep-alarm";
+/// Response header on a 503 from a draining node that no longer holds the
+/// actor of a forwarded request: nothing ran there, so the sender may claim
+/// the actor and run the request itself, once (ADR 0014). Guests cannot set it.
+pub const HEADER_RELEASED: &str = "x-wasmkeep-released";
 /// Response header naming the node that ran the event.
 pub const HEADER_NODE: &str = "x-wasmkeep-node";
 
@@ -371,7 +375,7 @@ fn heartbeat(node: &Node) -> Heartbeat {
             Some(list) => ClassesServed::Only(list.iter().cloned().collect()),
         },
         resident_actors: node.resident_count() as u64,
-        drain: DrainState::None,
+        drain: node.drain.state(),
         secrets: false,
         capabilities: Default::default(),
         generation: 0,
@@ -438,6 +442,15 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
         // tick then drops the actors. A write cut off here may land later;
         // the lease adopts its own late writes (and rejoins write afresh).
         let bucket_time_max = node.config.lease_ttl;
+        // The drain state first, so this renewal already reports it. A slow
+        // bucket must not delay the renewal by more than one period.
+        let drain_check_time_max = node.config.heartbeat_period.min(bucket_time_max);
+        if tokio::time::timeout(drain_check_time_max, crate::drain::check(&node))
+            .await
+            .is_err()
+        {
+            tracing::warn!("reading the drain key timed out");
+        }
         match tokio::time::timeout(bucket_time_max, renew(&node)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),

@@ -25,6 +25,11 @@ pub enum Error {
     /// The request cannot be served now; the client should retry after the delay.
     #[error("unavailable: {reason}")]
     Unavailable { reason: String, retry_after_s: u32 },
+    /// A draining node no longer holds the actor and cannot forward a
+    /// forwarded request again: nothing ran here, and the sender may claim
+    /// the actor and run the request itself (ADR 0014).
+    #[error("actor {actor} was released by this draining node; node {peer} takes it")]
+    Released { actor: String, peer: String },
     /// The actor is held by another node (learned while activating it here).
     #[error("actor is held by node {node}")]
     HeldElsewhere { node: wasmkeep_types::NodeId },
@@ -75,6 +80,7 @@ impl Error {
             | Error::Bucket(_)
             | Error::Store(_)
             | Error::HeldElsewhere { .. }
+            | Error::Released { .. }
             | Error::Cluster(_) => 503,
             Error::Runtime(_) | Error::Config(_) | Error::Io(_) => 500,
         }
@@ -94,6 +100,7 @@ impl Error {
             | Error::Store(_)
             | Error::HeldElsewhere { .. }
             | Error::Cluster(_) => "unavailable",
+            Error::Released { .. } => "released",
             Error::Call(_) => "call_refused",
             Error::Component(_) => "component_refused",
             Error::Runtime(_) => "runtime",
@@ -109,6 +116,7 @@ impl Error {
             Error::Bucket(_)
             | Error::Store(_)
             | Error::HeldElsewhere { .. }
+            | Error::Released { .. }
             | Error::Cluster(_) => Some(RETRY_AFTER_DEFAULT_S),
             _ => None,
         }

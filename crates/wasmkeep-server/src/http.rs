@@ -142,6 +142,10 @@ pub fn error_response(error: &Error) -> HttpResponse {
     if let Some(seconds) = error.retry_after_s() {
         builder = builder.header("retry-after", seconds.to_string());
     }
+    if matches!(error, Error::Released { .. }) {
+        // Only node code sets it: guests cannot set `x-wasmkeep-*` headers.
+        builder = builder.header(cluster::HEADER_RELEASED, "1");
+    }
     builder
         .body(Full::new(Bytes::from(error.json_body())))
         .expect("a status from Error::status and static headers are valid")
@@ -341,5 +345,26 @@ mod tests {
         assert_eq!(response.status(), 503);
         assert_eq!(response.headers()["retry-after"], "1");
         assert_eq!(response.headers()["content-type"], "application/json");
+        assert!(
+            !response
+                .headers()
+                .contains_key(crate::cluster::HEADER_RELEASED)
+        );
+    }
+
+    #[test]
+    fn a_released_actor_answers_503_with_the_released_marker() {
+        let response = error_response(&Error::Released {
+            actor: "t/counter/a".into(),
+            peer: "n1".into(),
+        });
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["retry-after"], "1");
+        assert_eq!(response.headers()[crate::cluster::HEADER_RELEASED], "1");
+    }
+
+    #[test]
+    fn guests_cannot_set_the_released_marker() {
+        assert!(!guest_may_set(crate::cluster::HEADER_RELEASED));
     }
 }

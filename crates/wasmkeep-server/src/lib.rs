@@ -17,6 +17,7 @@
 //!   (forwarding, actor calls, alarm hand-offs); [`relay`]: WebSockets relayed
 //!   to the node that holds the actor. Ownership records, leases, peers and
 //!   hints are `wasmkeep_cluster`'s.
+//! - [`drain`]: draining the node (ADR 0014): drain key, line 9, hand-over of every actor.
 //! - [`classes`]: deploy and the class poll. [`metrics`], [`counting`]: Prometheus.
 //! - [`cli`]: the command line.
 //!
@@ -31,6 +32,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod counting;
+pub mod drain;
 pub mod error;
 pub mod host;
 pub mod http;

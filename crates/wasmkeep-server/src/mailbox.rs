@@ -13,6 +13,7 @@ use wasmkeep_cluster::{AcquireOutcome, LeaseReturn};
 use wasmkeep_runtime::{ActorInstance, EventError, Message, Request, Response};
 use wasmkeep_store::{ActorStore, OutputGate, WriterId};
 use wasmkeep_types::ActorId;
+use wasmkeep_types::heartbeat::DrainState;
 
 use crate::alarms::{Fire, now_ms, retry_delay};
 use crate::host::{NodeHost, Outgoing};
@@ -47,6 +48,9 @@ pub(crate) enum Job {
     },
     /// Hibernate now if idle (LRU eviction).
     Hibernate,
+    /// Hand the actor over now, after the events queued before this job
+    /// (the node drains, ADR 0014).
+    Drain,
 }
 
 /// A finished event waiting for its output gate.
@@ -81,6 +85,9 @@ enum Leave {
     Broken,
     /// This node's lease lapsed: drop the actor without releasing it.
     Fenced,
+    /// The node drains: hand over, then pass the committed alarm on to the
+    /// peer that takes the actor.
+    Drain,
 }
 
 pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Job>) {
@@ -128,7 +135,16 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
     let hold = match node.ownership.acquire(actor).await {
         Ok(AcquireOutcome::Acquired { etag }) => etag,
         Ok(AcquireOutcome::HeldBy { node: other }) => {
-            node.hints.learn(actor, &other);
+            // No hint for a draining holder: it is about to release, and a
+            // hint would send events back to it for a second after that,
+            // where the one-hop rule can only answer 503.
+            let draining = node
+                .peers
+                .get(&other)
+                .is_some_and(|p| p.heartbeat.drain != DrainState::None);
+            if !draining {
+                node.hints.learn(actor, &other);
+            }
             return Err(Error::HeldElsewhere { node: other });
         }
         Err(wasmkeep_cluster::Error::LeaseInvalid) => {
@@ -332,7 +348,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, job: J
                 run_alarm(node, stub, active, fire, alarm_before).await;
                 return;
             }
-            Job::Hibernate => {
+            Job::Hibernate | Job::Drain => {
                 host(instance).store.rollback_event();
                 return;
             }
@@ -516,7 +532,7 @@ async fn hand_over(
     if healthy {
         // Events queued before the close still run here.
         while let Ok(job) = rx.try_recv() {
-            if !matches!(job, Job::Hibernate) {
+            if !matches!(job, Job::Hibernate | Job::Drain) {
                 run_job(node, stub, &mut active, job).await;
             }
         }
@@ -568,6 +584,8 @@ async fn hand_over(
     if healthy && let Err(e) = host(&mut instance).store.flush().await {
         tracing::warn!(actor = %stub.id, error = %e, "flush at hand-over failed");
     }
+    // The committed alarm, read before the database closes.
+    let alarm = host(&mut instance).store.alarm();
     drop(instance);
     if fenced {
         // The lease lapsed: another node may hold the actor by now, so the
@@ -579,6 +597,18 @@ async fn hand_over(
     node.end_release(stub, released);
     if leave == Leave::Idle {
         node.metrics.hibernations.fetch_add(1, Ordering::Relaxed);
+    }
+    if leave == Leave::Drain
+        && let Some(scheduled_ms) = alarm
+    {
+        // The alarm goes to the peer now (signed hand-off), so it fires
+        // there on time; a failed hand-off is retried from this node's timer.
+        node.timer.clear(&stub.id);
+        node.deliver_alarm(Fire {
+            actor: stub.id.clone(),
+            scheduled_ms,
+            retry_count: 0,
+        });
     }
     tracing::debug!(actor = %stub.id, ?leave, "handed over");
     None
@@ -645,6 +675,7 @@ async fn serve_until_leave(
                     return Leave::Idle;
                 }
             }
+            Some(Job::Drain) => return Leave::Drain,
             Some(job) => run_job(node, stub, active, job).await,
             None => return Leave::Shutdown,
         }

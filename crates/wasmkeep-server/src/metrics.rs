@@ -87,6 +87,8 @@ pub struct Metrics {
     pub lease_renewals: AtomicU64,
     pub lease_failures: AtomicU64,
     pub peers_live: AtomicI64,
+    /// 1 while a requested drain waits for an eligible peer.
+    pub drain_blocked: AtomicI64,
     pub store_fenced: AtomicU64,
     bucket_requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     pub bucket_latency: Histogram,
@@ -239,6 +241,11 @@ impl Metrics {
                 "wasmkeep_peers_live",
                 "Other nodes whose lease this node judges valid.",
                 self.peers_live.load(Ordering::Relaxed),
+            ),
+            (
+                "wasmkeep_drain_blocked",
+                "1 while a drain was asked but no eligible peer can take the actors.",
+                self.drain_blocked.load(Ordering::Relaxed),
             ),
         ];
         for (name, help, value) in gauges {

@@ -21,7 +21,7 @@ use wasmkeep_cluster::{
 };
 use wasmkeep_transport::PeerClient;
 use wasmkeep_types::NodeId;
-use wasmkeep_types::heartbeat::NodeState;
+use wasmkeep_types::heartbeat::{DrainState, NodeState};
 
 use crate::alarms::{AlarmTimer, Fire, now_ms};
 use crate::cluster::{self, Hop, Routed};
@@ -138,6 +138,8 @@ pub struct Node {
     pub(crate) timer: Arc<AlarmTimer>,
     shutdown_tx: watch::Sender<bool>,
     socket_ids: AtomicU64,
+    /// The drain of this node (ADR 0014): heartbeat line 9.
+    pub drain: crate::drain::Drain,
 }
 
 impl std::fmt::Debug for Node {
@@ -249,6 +251,7 @@ impl Node {
             timer: AlarmTimer::new(),
             shutdown_tx,
             socket_ids: AtomicU64::new(1),
+            drain: crate::drain::Drain::default(),
         });
         if node.signer.is_none() {
             tracing::info!(
@@ -350,17 +353,23 @@ impl Node {
     /// the ownership record (`Local`) or finds another node's valid hold
     /// (`Elsewhere`, and a hint).
     pub async fn ensure_owner(self: &Arc<Self>, actor: &ActorId) -> Result<Owner> {
+        // A draining node looks for the actor elsewhere once; only when no
+        // eligible peer exists does it acquire the actor here.
+        let mut drain_looked = false;
         let stub = loop {
-            let mut waiter = {
+            // `None`: look elsewhere first (the node drains).
+            let waiter: Option<watch::Receiver<bool>> = {
                 let mut actors = self.actors.lock();
                 match actors.get(actor) {
                     Some(Entry::Live(stub)) => {
                         stub.touch();
                         break Arc::clone(stub);
                     }
-                    Some(Entry::Releasing(rx)) => rx.clone(),
+                    Some(Entry::Releasing(rx)) => Some(rx.clone()),
                     None => {
-                        if self.is_shutting_down() {
+                        // A drained node that stops still sends events on.
+                        let drain_look = !drain_looked && self.drain.is_active();
+                        if self.is_shutting_down() && !drain_look {
                             return Err(Error::unavailable("the node is shutting down"));
                         }
                         self.class(&actor.class)?;
@@ -370,25 +379,41 @@ impl Node {
                             drop(actors);
                             return self.elsewhere(actor, peer);
                         }
-                        if !self.lease.is_valid() {
-                            return Err(Error::unavailable(
-                                "this node's lease is not valid; it serves again once renewed",
-                            ));
+                        if drain_look {
+                            None
+                        } else if self.is_shutting_down() {
+                            return Err(Error::unavailable("the node is shutting down"));
+                        } else {
+                            if !self.lease.is_valid() {
+                                return Err(Error::unavailable(
+                                    "this node's lease is not valid; it serves again once renewed",
+                                ));
+                            }
+                            if actors.len() >= self.config.actors_max {
+                                self.evict_lru(&actors)?;
+                            }
+                            let stub = self.spawn_stub(actor.clone());
+                            actors.insert(actor.clone(), Entry::Live(Arc::clone(&stub)));
+                            self.metrics
+                                .resident_actors
+                                .store(actors.len() as i64, Ordering::Relaxed);
+                            break stub;
                         }
-                        if actors.len() >= self.config.actors_max {
-                            self.evict_lru(&actors)?;
-                        }
-                        let stub = self.spawn_stub(actor.clone());
-                        actors.insert(actor.clone(), Entry::Live(Arc::clone(&stub)));
-                        self.metrics
-                            .resident_actors
-                            .store(actors.len() as i64, Ordering::Relaxed);
-                        break stub;
                     }
                 }
             };
-            // A hibernating actor is released before it is activated again.
-            let _ = waiter.wait_for(|released| *released).await;
+            match waiter {
+                // A hibernating actor is released before it is activated again.
+                Some(mut waiter) => {
+                    let _ = waiter.wait_for(|released| *released).await;
+                }
+                None => {
+                    if let Some(owner) = self.drain_route(actor).await? {
+                        return Ok(owner);
+                    }
+                    drain_looked = true;
+                }
+            }
         };
         let mut activation = stub.activation.subscribe();
         let outcome = activation
@@ -408,6 +433,50 @@ impl Node {
             } => Err(Error::UnknownClass(class)),
             Activation::Failed { reason, .. } => Err(Error::unavailable(reason)),
         }
+    }
+
+    /// Where a draining node sends an actor it does not hold: to the node
+    /// whose hold is valid, else to the eligible peer chosen by rendezvous
+    /// hashing on the actor id (which claims it on the first event).
+    /// `None` when no eligible peer exists: the node keeps serving.
+    async fn drain_route(&self, actor: &ActorId) -> Result<Option<Owner>> {
+        if let Some(holder) = self.ownership.holder(actor).await?
+            && holder != self.node_id
+        {
+            self.hints.learn(actor, &holder);
+            return self.elsewhere(actor, holder).map(Some);
+        }
+        Ok(self.peers.choose(actor).map(|p| Owner::Elsewhere {
+            peer: p.heartbeat.node,
+            url: p.heartbeat.advertise,
+        }))
+    }
+
+    /// The resident actors that are not being released.
+    pub(crate) fn live_stubs(&self) -> Vec<Arc<Stub>> {
+        self.actors
+            .lock()
+            .values()
+            .filter_map(|e| match e {
+                Entry::Live(stub) => Some(Arc::clone(stub)),
+                Entry::Releasing(_) => None,
+            })
+            .collect()
+    }
+
+    /// Notified whenever an actor leaves this node.
+    pub(crate) fn actors_changed(&self) -> &Notify {
+        &self.actors_changed
+    }
+
+    /// The classes this node has loaded and serves.
+    pub(crate) fn loaded_classes(&self) -> Vec<ClassName> {
+        self.classes
+            .read()
+            .keys()
+            .filter(|c| self.config.serves_class(c))
+            .cloned()
+            .collect()
     }
 
     /// `Elsewhere` for `peer`, with its advertised URL, or 503 when its
@@ -555,15 +624,70 @@ impl Node {
             // saying otherwise is older than its reading, so the record decides.
             self.hints.forget(actor);
         }
+        // A request forwarded to a draining holder may come back "released"
+        // (it released the actor to this node): it is then run here, once.
+        let mut released_retry = true;
         for _ in 0..STALE_STUB_RETRIES_MAX {
             let stub = match self.ensure_owner(actor).await? {
                 Owner::Local(stub) => stub,
                 Owner::Elsewhere { peer, url } => {
-                    let Job::Request { request, chain, .. } = job else {
+                    let Job::Request {
+                        request,
+                        chain,
+                        reply,
+                        started,
+                    } = job
+                    else {
                         return Err(Error::Runtime("a request job is a request".into()));
                     };
-                    return cluster::forward_request(self, actor, &peer, &url, request, chain, hop)
-                        .await;
+                    if matches!(hop, Hop::Forwarded { .. }) && self.drain.is_active() {
+                        // Sending it on would be a second hop. Nothing ran
+                        // here: the sender, which is not draining, may claim
+                        // the actor itself and run the request.
+                        return Err(Error::Released {
+                            actor: actor.to_string(),
+                            peer: peer.to_string(),
+                        });
+                    }
+                    let holder_drains = self
+                        .peers
+                        .get(&peer)
+                        .is_some_and(|p| p.heartbeat.drain != DrainState::None);
+                    let kept = (released_retry && hop == Hop::Client && holder_drains)
+                        .then(|| (request.clone(), chain.clone()));
+                    let mut routed = cluster::forward_request(
+                        self,
+                        actor,
+                        &peer,
+                        &url,
+                        request,
+                        chain,
+                        hop.clone(),
+                    )
+                    .await?;
+                    let released = routed
+                        .response
+                        .headers
+                        .iter()
+                        .any(|(n, _)| n.eq_ignore_ascii_case(cluster::HEADER_RELEASED));
+                    routed
+                        .response
+                        .headers
+                        .retain(|(n, _)| !n.eq_ignore_ascii_case(cluster::HEADER_RELEASED));
+                    match kept {
+                        Some((request, chain)) if released && routed.response.status == 503 => {
+                            released_retry = false;
+                            self.hints.forget(actor);
+                            job = Job::Request {
+                                request,
+                                chain,
+                                reply,
+                                started,
+                            };
+                            continue;
+                        }
+                        _ => return Ok(routed),
+                    }
                 }
             };
             match stub.tx.try_send(job) {

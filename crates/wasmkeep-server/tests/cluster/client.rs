@@ -234,6 +234,24 @@ impl Socket {
             .map_err(|_| anyhow!("no WebSocket message within {REQUEST_TIME_MAX:?}"))?
     }
 
+    /// Reads until the server closes the socket; returns the close code
+    /// (`None` for a close without a frame, or the stream ending).
+    pub async fn recv_close_code(&mut self) -> anyhow::Result<Option<u16>> {
+        let next = async {
+            loop {
+                match self.inner.next().await {
+                    Some(Ok(Message::Close(frame))) => return Ok(frame.map(|f| u16::from(f.code))),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => bail!("WebSocket error before the close: {e}"),
+                    None => return Ok(None),
+                }
+            }
+        };
+        tokio::time::timeout(REQUEST_TIME_MAX, next)
+            .await
+            .map_err(|_| anyhow!("no close within {REQUEST_TIME_MAX:?}"))?
+    }
+
     pub async fn close(mut self) {
         let _ = self.inner.close(None).await;
     }

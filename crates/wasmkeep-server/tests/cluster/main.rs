@@ -11,6 +11,7 @@ mod runner;
 
 mod bucket_loss;
 mod calls;
+mod drain;
 mod failover;
 mod node_list;
 mod requests;
@@ -89,4 +90,21 @@ plain_and_tls!(
 plain_and_tls!(
     node_list_shows_every_node => crate::node_list::node_list_shows_every_node,
     crate::BucketKind::Folder
+);
+plain_and_tls!(
+    drain_under_load_hands_every_actor_over => crate::drain::drain_under_load_hands_every_actor_over,
+    crate::BucketKind::SeaweedFs
+);
+plain_and_tls!(
+    sigterm_drains_under_load => crate::drain::sigterm_drains_under_load,
+    crate::BucketKind::Folder
+);
+plain_and_tls!(
+    drain_without_eligible_peer_keeps_serving => crate::drain::drain_without_eligible_peer_keeps_serving,
+    crate::BucketKind::Folder
+);
+plain_and_tls!(
+    #[ignore = "a measurement; run with --ignored --nocapture"]
+    measure_drain_time => crate::drain::measure_drain_time,
+    crate::BucketKind::SeaweedFs
 );

@@ -461,6 +461,30 @@ impl Cluster {
         }
     }
 
+    /// [`stop`](Self::stop) through a shared borrow, so requests may run
+    /// meanwhile.
+    pub async fn sigterm_and_wait(&self, i: usize) -> anyhow::Result<ExitStatus> {
+        let Some(mut child) = self.nodes[i].child.lock().take() else {
+            bail!("node {i} is not running");
+        };
+        signal(&child, libc::SIGTERM);
+        let deadline = Instant::now() + STOP_TIME_MAX;
+        loop {
+            if let Some(status) = child.try_wait().context("waiting for a node")? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "node {} did not exit within {STOP_TIME_MAX:?} of SIGTERM",
+                    self.nodes[i].id
+                );
+            }
+            tokio::time::sleep(POLL_PERIOD).await;
+        }
+    }
+
     /// Starts node `i` again (same id, port and URL) and waits until ready.
     pub async fn restart(&mut self, i: usize) -> anyhow::Result<()> {
         if self.is_running(i) {

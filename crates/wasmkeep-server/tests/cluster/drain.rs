@@ -1,0 +1,493 @@
+//! Draining a node (ADR 0014): `wasmkeep node drain` and SIGTERM hand every
+//! resident actor to the peers under concurrent load, with no request
+//! failing beyond `503 Retry-After`, no increment lost or doubled, an alarm
+//! due during the drain firing once on the peer, sockets closed with 1012
+//! whose clients reconnect to the new owner; and a node with no eligible
+//! peer keeps serving.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use parking_lot::Mutex;
+
+use crate::runner::{BucketKind, Cluster, ClusterOptions, POLL_PERIOD};
+
+/// Actors under load; actor `d{a}` is first claimed by node `a % nodes`.
+const ACTORS: usize = 24;
+/// Concurrent load loops.
+const LOADERS: usize = 4;
+const PHASE_TIME_MAX: Duration = Duration::from_secs(40);
+/// The alarm is set this far ahead, so it falls due while the drain runs.
+const ALARM_IN_MS: u64 = 700;
+/// Close code of a hand-over: "service restart".
+const CLOSE_SERVICE_RESTART: u16 = 1012;
+
+pub async fn drain_under_load_hands_every_actor_over(tls: bool, bucket: BucketKind) {
+    crate::run(ClusterOptions::new("drain", bucket, tls), drain_body).await
+}
+
+pub async fn sigterm_drains_under_load(tls: bool, bucket: BucketKind) {
+    crate::run(
+        ClusterOptions::new("drain-sigterm", bucket, tls),
+        sigterm_body,
+    )
+    .await
+}
+
+pub async fn drain_without_eligible_peer_keeps_serving(tls: bool, bucket: BucketKind) {
+    let mut options = ClusterOptions::new("drain-alone", bucket, tls);
+    options.nodes = 1;
+    crate::run(options, alone_body).await
+}
+
+/// What the load saw: acknowledged increments per actor, 503s, failures.
+#[derive(Default)]
+struct Load {
+    acked: Mutex<BTreeMap<usize, u64>>,
+    unavailable: AtomicU64,
+    /// Why requests got 503 (for the report), by reason text.
+    unavailable_reasons: Mutex<BTreeMap<String, u64>>,
+    failures: Mutex<Vec<String>>,
+}
+
+/// Increments actors round-robin through `nodes` until `stop`; only a 503
+/// with Retry-After may fail (it is not counted as acknowledged).
+async fn load(c: &Cluster, nodes: &[usize], loader: usize, stop: &AtomicBool, seen: &Load) {
+    let mut k = loader;
+    while !stop.load(Ordering::Relaxed) {
+        let a = k % ACTORS;
+        let i = nodes[(k / ACTORS + loader) % nodes.len()];
+        k += LOADERS;
+        let path = format!("/t/counter/d{a}/increment");
+        match c.http.post(&c.url(i, &path)).await {
+            Ok(r) if r.status == 200 => {
+                *seen.acked.lock().entry(a).or_default() += 1;
+            }
+            Ok(r) if r.status == 503 && r.header("retry-after").is_some() => {
+                seen.unavailable.fetch_add(1, Ordering::Relaxed);
+                let reason = r.text().replace(&format!("d{a}"), "*");
+                *seen
+                    .unavailable_reasons
+                    .lock()
+                    .entry(format!("via node {i}: {reason}"))
+                    .or_default() += 1;
+                tokio::time::sleep(crate::client::RETRY_PAUSE).await;
+            }
+            Ok(r) => seen.failures.lock().push(format!(
+                "POST {path} via node {i}: {} {}",
+                r.status,
+                r.text()
+            )),
+            Err(e) => seen
+                .failures
+                .lock()
+                .push(format!("POST {path} via node {i}: {e:#}")),
+        }
+    }
+}
+
+/// One increment of each actor through node `a % n`; returns the nodes
+/// that answered.
+async fn warm_up(c: &Cluster, load: &Load) -> anyhow::Result<Vec<String>> {
+    let deadline = Instant::now() + PHASE_TIME_MAX;
+    let mut owners = Vec::new();
+    for a in 0..ACTORS {
+        let r = c
+            .send_retrying(
+                a % c.len(),
+                "POST",
+                &format!("/t/counter/d{a}/increment"),
+                deadline,
+            )
+            .await?;
+        ensure!(r.status == 200, "warm-up d{a}: {} {}", r.status, r.text());
+        *load.acked.lock().entry(a).or_default() += 1;
+        owners.push(r.node().context("no x-wasmkeep-node")?.to_owned());
+    }
+    Ok(owners)
+}
+
+/// Every actor's value, read through node `via`, equals its acknowledged
+/// increments (plus `extra` of actor `a`).
+async fn check_counts(
+    c: &Cluster,
+    via: usize,
+    load: &Load,
+    extra: &BTreeMap<usize, u64>,
+) -> anyhow::Result<()> {
+    let failures = load.failures.lock().clone();
+    ensure!(
+        failures.is_empty(),
+        "requests failed beyond 503: {failures:?}"
+    );
+    let deadline = Instant::now() + PHASE_TIME_MAX;
+    for a in 0..ACTORS {
+        let r = c
+            .send_retrying(via, "GET", &format!("/t/counter/d{a}/value"), deadline)
+            .await?;
+        ensure!(r.status == 200, "value of d{a}: {} {}", r.status, r.text());
+        let expected =
+            load.acked.lock().get(&a).copied().unwrap_or(0) + extra.get(&a).copied().unwrap_or(0);
+        ensure!(
+            r.count()? == expected,
+            "d{a}: value {} after {expected} acknowledged increments",
+            r.count()?
+        );
+    }
+    Ok(())
+}
+
+/// `(state, drain, resident_actors)` of `node` in `node list --json`.
+async fn node_row(c: &Cluster, node: &str) -> anyhow::Result<Option<(String, String, u64)>> {
+    let out = c.cli(&["node", "list", "--json"]).await?;
+    let rows: serde_json::Value =
+        serde_json::from_str(&out).with_context(|| format!("node list is not JSON: {out}"))?;
+    let rows = rows.as_array().context("node list: not an array")?;
+    Ok(rows
+        .iter()
+        .find(|r| r["node"].as_str() == Some(node))
+        .map(|r| {
+            (
+                r["state"].as_str().unwrap_or_default().to_owned(),
+                r["drain"].as_str().unwrap_or_default().to_owned(),
+                r["resident_actors"].as_u64().unwrap_or(u64::MAX),
+            )
+        }))
+}
+
+async fn wait_for_drain_word(c: &Cluster, node: &str, word: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PHASE_TIME_MAX;
+    loop {
+        let row = node_row(c, node).await?;
+        if row.as_ref().is_some_and(|(_, drain, _)| drain == word) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("node {node} never showed drain {word:?}: {row:?}");
+        }
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
+}
+
+async fn drain_body(c: &mut Cluster) -> anyhow::Result<()> {
+    let c = &*c;
+    let seen = Load::default();
+    let owners = warm_up(c, &seen).await?;
+    let drained = c.node_id(0).to_owned();
+    let on_drained: Vec<usize> = (0..ACTORS).filter(|&a| owners[a] == drained).collect();
+    ensure!(
+        on_drained.len() >= 2,
+        "fewer than two actors on {drained}: {owners:?}"
+    );
+    let (alarm_actor, socket_actor) = (on_drained[0], on_drained[1]);
+
+    // A socket to an actor of the drained node, through that node.
+    let mut socket = c
+        .http
+        .websocket(&c.url(0, &format!("/t/counter/d{socket_actor}/ws")))
+        .await?;
+    socket.send_text("inc").await?;
+    socket.recv_text().await?;
+    let mut extra = BTreeMap::from([(socket_actor, 1u64)]);
+
+    // An alarm that falls due while the drain runs.
+    let r = c
+        .http
+        .post(&c.url(
+            0,
+            &format!("/t/counter/d{alarm_actor}/alarm?in_ms={ALARM_IN_MS}"),
+        ))
+        .await?;
+    ensure!(
+        r.status == 200,
+        "setting the alarm: {} {}",
+        r.status,
+        r.text()
+    );
+
+    let stop = AtomicBool::new(false);
+    let all: Vec<usize> = (0..c.len()).collect();
+    let loaders = futures::future::join_all((0..LOADERS).map(|l| load(c, &all, l, &stop, &seen)));
+    let drive = async {
+        let result = async {
+            let started = Instant::now();
+            c.cli(&["node", "drain", &drained, "--wait"]).await?;
+            eprintln!("drain of {drained} under load took {:?}", started.elapsed());
+            // The socket was closed with 1012; a client that reconnects
+            // (through the drained node) reaches the new owner.
+            let code = socket.recv_close_code().await?;
+            ensure!(
+                code == Some(CLOSE_SERVICE_RESTART),
+                "socket closed with {code:?}"
+            );
+            let mut again = c
+                .http
+                .websocket(&c.url(0, &format!("/t/counter/d{socket_actor}/ws")))
+                .await?;
+            again.send_text("inc").await?;
+            again.recv_text().await?;
+            again.close().await;
+            *extra.entry(socket_actor).or_default() += 1;
+            anyhow::Ok(())
+        }
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        result
+    };
+    let (_, driven) = tokio::join!(loaders, drive);
+    driven?;
+    eprintln!(
+        "drain under load: {} of {} requests answered 503: {:#?}",
+        seen.unavailable.load(Ordering::Relaxed),
+        seen.acked.lock().values().sum::<u64>() + seen.unavailable.load(Ordering::Relaxed),
+        seen.unavailable_reasons.lock()
+    );
+    check_counts(c, 1, &seen, &extra).await?;
+
+    // The drained node holds nothing and says so.
+    let resident = c.metric(0, "wasmkeep_resident_actors").await?;
+    ensure!(
+        resident == Some(0.0),
+        "resident actors on {drained}: {resident:?}"
+    );
+    let row = node_row(c, &drained).await?;
+    ensure!(
+        row.as_ref().is_some_and(|(_, drain, _)| drain == "drained"),
+        "node list row of {drained}: {row:?}"
+    );
+
+    // The alarm fired once, on a peer.
+    let deadline = Instant::now() + PHASE_TIME_MAX;
+    let path = format!("/t/counter/d{alarm_actor}/alarms");
+    loop {
+        let r = c.send_retrying(1, "GET", &path, deadline).await?;
+        ensure!(r.status == 200, "GET {path}: {} {}", r.status, r.text());
+        let fired = r.count()?;
+        ensure!(fired <= 1, "the alarm fired {fired} times");
+        if fired == 1 {
+            ensure!(
+                r.node() != Some(drained.as_str()),
+                "the alarm's actor answered from the drained node"
+            );
+            break;
+        }
+        if Instant::now() >= deadline {
+            bail!("the alarm due during the drain never fired");
+        }
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
+
+    // Undrain: the node acquires actors again.
+    c.cli(&["node", "undrain", &drained]).await?;
+    wait_for_drain_word(c, &drained, "none").await
+}
+
+async fn sigterm_body(c: &mut Cluster) -> anyhow::Result<()> {
+    let seen = Load::default();
+    let owners = warm_up(c, &seen).await?;
+    let stopped = c.len() - 1;
+    ensure!(
+        owners.iter().any(|o| o == c.node_id(stopped)),
+        "no actor on the node to stop: {owners:?}"
+    );
+    let stop = AtomicBool::new(false);
+    let rest: Vec<usize> = (0..stopped).collect();
+    let status = {
+        let c = &*c;
+        let loaders =
+            futures::future::join_all((0..LOADERS).map(|l| load(c, &rest, l, &stop, &seen)));
+        let drive = async {
+            let result = c.sigterm_and_wait(stopped).await;
+            stop.store(true, Ordering::Relaxed);
+            result
+        };
+        let (_, status) = tokio::join!(loaders, drive);
+        status?
+    };
+    ensure!(status.success(), "node {stopped} exited with {status}");
+    eprintln!(
+        "SIGTERM drain under load: {} of {} requests answered 503: {:#?}",
+        seen.unavailable.load(Ordering::Relaxed),
+        seen.acked.lock().values().sum::<u64>() + seen.unavailable.load(Ordering::Relaxed),
+        seen.unavailable_reasons.lock()
+    );
+    check_counts(c, 0, &seen, &BTreeMap::new()).await
+}
+
+async fn alone_body(c: &mut Cluster) -> anyhow::Result<()> {
+    let c = &*c;
+    let node = c.node_id(0).to_owned();
+    // Bad input: an unknown node, and the last serving node.
+    let unknown = c.cli(&["node", "drain", "no-such-node"]).await;
+    ensure!(
+        unknown
+            .as_ref()
+            .is_err_and(|e| format!("{e:#}").contains("no heartbeat")),
+        "draining an unknown node: {unknown:?}"
+    );
+    let last = c.cli(&["node", "drain", &node]).await;
+    ensure!(
+        last.as_ref()
+            .is_err_and(|e| format!("{e:#}").contains("last serving node")),
+        "draining the last node: {last:?}"
+    );
+    ensure!(
+        node_row(c, &node)
+            .await?
+            .is_some_and(|(_, drain, _)| drain == "none"),
+        "a refused drain changed the node"
+    );
+    // A drain key of another app is not this node's.
+    let renewals_before = c
+        .metric(0, "wasmkeep_lease_renewals_total")
+        .await?
+        .context("wasmkeep_lease_renewals_total missing")?;
+    let other_app = tokio::process::Command::new(crate::runner::BIN)
+        .args(["node", "drain", &node, "--force"])
+        .args(["--bucket", c.bucket_url(), "--app", "other"])
+        .output()
+        .await?;
+    ensure!(
+        other_app.status.success(),
+        "drain key of another app: {}",
+        String::from_utf8_lossy(&other_app.stderr)
+    );
+    // Two renewals later the node has looked for its key at least once.
+    let deadline = Instant::now() + PHASE_TIME_MAX;
+    loop {
+        let renewals = c.metric(0, "wasmkeep_lease_renewals_total").await?;
+        if renewals.is_some_and(|r| r >= renewals_before + 2.0) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            bail!("the node stopped renewing its lease");
+        }
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
+    let row = node_row(c, &node).await?;
+    ensure!(
+        row.as_ref().is_some_and(|(_, drain, _)| drain == "none"),
+        "a drain key of another app changed the node: {row:?}"
+    );
+
+    // Forced: the node is asked, has nowhere to go, and keeps serving.
+    c.cli(&["node", "drain", &node, "--force"]).await?;
+    wait_for_drain_word(c, &node, "asked").await?;
+    let deadline = Instant::now() + PHASE_TIME_MAX;
+    loop {
+        if c.metric(0, "wasmkeep_drain_blocked").await? == Some(1.0) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            bail!("wasmkeep_drain_blocked never became 1");
+        }
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
+    for k in 1..=3u64 {
+        let r = c
+            .send_retrying(0, "POST", "/t/counter/alone/increment", deadline)
+            .await?;
+        ensure!(
+            r.status == 200 && r.count()? == k,
+            "increment {k} on a node with no eligible peer: {} {}",
+            r.status,
+            r.text()
+        );
+    }
+    c.cli(&["node", "undrain", &node]).await?;
+    wait_for_drain_word(c, &node, "none").await
+}
+
+/// Measurement, not a check (`--ignored`): how long `node drain --wait`
+/// takes for `idle` resident idle actors, then for `busy` actors under load.
+pub async fn measure_drain_time(tls: bool, bucket: BucketKind) {
+    let mut options = ClusterOptions::new("drain-measure", bucket, tls);
+    options.nodes = 2;
+    options.extra_args = vec!["--max-actors".into(), "5000".into()];
+    crate::run(options, measure_body).await
+}
+
+/// Idle actors drained in the measurement.
+const MEASURE_IDLE_ACTORS: usize = 1000;
+/// Busy actors drained in the measurement.
+const MEASURE_BUSY_ACTORS: usize = 100;
+/// Requests in flight while creating actors.
+const MEASURE_IN_FLIGHT_MAX: usize = 32;
+
+async fn measure_body(c: &mut Cluster) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let c = &*c;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let created: Vec<anyhow::Result<()>> = futures::stream::iter(0..MEASURE_IDLE_ACTORS)
+        .map(|a| async move {
+            let r = c
+                .send_retrying(0, "POST", &format!("/t/counter/m{a}/increment"), deadline)
+                .await?;
+            ensure!(r.status == 200, "m{a}: {}", r.status);
+            Ok(())
+        })
+        .buffer_unordered(MEASURE_IN_FLIGHT_MAX)
+        .collect()
+        .await;
+    created.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    let resident = c.metric(0, "wasmkeep_resident_actors").await?;
+    let started = Instant::now();
+    c.cli(&["node", "drain", c.node_id(0), "--wait"]).await?;
+    eprintln!(
+        "MEASURE: drain of {resident:?} idle actors: {:?} (node drain --wait, incl. the CLI start and the heartbeat that notices the key)",
+        started.elapsed()
+    );
+    c.cli(&["node", "undrain", c.node_id(0)]).await?;
+    wait_for_drain_word(c, c.node_id(0), "none").await?;
+
+    // Busy: MEASURE_BUSY_ACTORS actors claimed on node 0, under load from both nodes.
+    let stop = AtomicBool::new(false);
+    let unavailable = AtomicU64::new(0);
+    let answered = AtomicU64::new(0);
+    let reasons: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+    for a in 0..MEASURE_BUSY_ACTORS {
+        c.send_retrying(0, "POST", &format!("/t/counter/b{a}/increment"), deadline)
+            .await?;
+    }
+    let loaders = futures::future::join_all((0..LOADERS).map(|l| {
+        let (stop, unavailable, answered, reasons) = (&stop, &unavailable, &answered, &reasons);
+        async move {
+            let mut k = l;
+            while !stop.load(Ordering::Relaxed) {
+                let a = k % MEASURE_BUSY_ACTORS;
+                let path = format!("/t/counter/b{a}/increment");
+                k += LOADERS;
+                if let Ok(r) = c.http.post(&c.url(k % 2, &path)).await {
+                    answered.fetch_add(1, Ordering::Relaxed);
+                    if r.status == 503 {
+                        unavailable.fetch_add(1, Ordering::Relaxed);
+                        // The reason without the actor's name.
+                        let reason = r.text().replace(&format!("b{a}"), "*");
+                        *reasons
+                            .lock()
+                            .entry(format!("via n{} {reason}", k % 2))
+                            .or_default() += 1;
+                    }
+                }
+            }
+        }
+    }));
+    let drive = async {
+        let started = Instant::now();
+        let result = c.cli(&["node", "drain", c.node_id(0), "--wait"]).await;
+        let elapsed = started.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        result.map(|_| elapsed)
+    };
+    let (_, elapsed) = tokio::join!(loaders, drive);
+    eprintln!(
+        "MEASURE: drain of {MEASURE_BUSY_ACTORS} busy actors: {:?}; {} of {} requests answered 503",
+        elapsed?,
+        unavailable.load(Ordering::Relaxed),
+        answered.load(Ordering::Relaxed)
+    );
+    eprintln!("MEASURE: 503 reasons: {:#?}", reasons.lock());
+    Ok(())
+}
