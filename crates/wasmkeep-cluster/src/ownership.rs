@@ -142,18 +142,30 @@ impl Ownership {
     /// The record, if any, with its etag. A record that does not parse is
     /// reported as `None` (and logged): no valid node wrote it.
     pub async fn read(&self, actor: &ActorId) -> Result<Option<(OwnershipRecord, Etag)>> {
+        Ok(match self.fetch(actor).await? {
+            Fetched::Record(record, etag) => Some((record, etag)),
+            Fetched::Absent | Fetched::Unparseable(_) => None,
+        })
+    }
+
+    /// One read of the record, telling an absent record from one that does
+    /// not parse (which an acquire replaces with put-if-match on its etag).
+    async fn fetch(&self, actor: &ActorId) -> Result<Fetched> {
         let key = self.keys.owner(actor);
         match self.bucket.get(&key).await {
-            Ok(object) => {
-                let record = std::str::from_utf8(&object.bytes)
+            Ok(object) => Ok(
+                match std::str::from_utf8(&object.bytes)
                     .ok()
-                    .and_then(OwnershipRecord::parse);
-                if record.is_none() {
-                    tracing::warn!(key, "ownership record does not parse; treating it as free");
-                }
-                Ok(record.map(|r| (r, object.meta.etag)))
-            }
-            Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(None),
+                    .and_then(OwnershipRecord::parse)
+                {
+                    Some(record) => Fetched::Record(record, object.meta.etag),
+                    None => {
+                        tracing::warn!(key, "ownership record does not parse; treating it as free");
+                        Fetched::Unparseable(object.meta.etag)
+                    }
+                },
+            ),
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(Fetched::Absent),
             Err(err) => Err(err.into()),
         }
     }
@@ -208,30 +220,12 @@ impl Ownership {
                 nonce: self.random.token_hex(8),
             };
             let body = Bytes::from(mine.to_text());
-            let written = match self.read(actor).await? {
-                None => match self.bucket.get(&key).await {
-                    // A racing acquire created a record since our read: judge
-                    // its hold next round instead of overwriting it.
-                    Ok(object)
-                        if std::str::from_utf8(&object.bytes)
-                            .ok()
-                            .and_then(OwnershipRecord::parse)
-                            .is_some() =>
-                    {
-                        continue;
-                    }
-                    // A record that does not parse: replace it.
-                    Ok(object) => {
-                        self.bucket
-                            .put_if_match(&key, body, &object.meta.etag)
-                            .await
-                    }
-                    Err(wasmkeep_bucket::Error::NotFound { .. }) => {
-                        self.bucket.put_if_absent(&key, body).await
-                    }
-                    Err(err) => return Err(err.into()),
-                },
-                Some((record, etag)) => {
+            let written = match self.fetch(actor).await? {
+                // A racing acquire that creates the record first makes this
+                // a conflict: its hold is judged in the next round.
+                Fetched::Absent => self.bucket.put_if_absent(&key, body).await,
+                Fetched::Unparseable(etag) => self.bucket.put_if_match(&key, body, &etag).await,
+                Fetched::Record(record, etag) => {
                     if record.held
                         && record.node == self.me
                         && record.incarnation == mine.incarnation
@@ -339,6 +333,13 @@ impl Ownership {
             Err(_) => Err(ReleaseRetry::Later),
         }
     }
+}
+
+/// What one read of an ownership record found.
+enum Fetched {
+    Absent,
+    Unparseable(Etag),
+    Record(OwnershipRecord, Etag),
 }
 
 enum ReleaseRetry {
