@@ -53,6 +53,12 @@ pub enum Command {
     /// Actors of an app, as the bucket says.
     #[command(subcommand)]
     Actor(ActorCommand),
+    /// The app's secrets (ADR 0016).
+    #[command(subcommand)]
+    Secret(crate::admin::SecretCommand),
+    /// Tenants' bearer tokens.
+    #[command(subcommand)]
+    Tenant(crate::admin::TenantCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -199,6 +205,14 @@ pub struct NodeArgs {
     /// PEM roots that peers' certificates are verified against.
     #[arg(long, env = "WASMKEEP_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// The app's age identity file (`wasmkeep secret keygen`): guests read
+    /// the app's secrets (ADR 0016).
+    #[arg(long, env = "WASMKEEP_SECRETS_IDENTITY")]
+    pub secrets_identity: Option<PathBuf>,
+    /// Client requests must carry their tenant's bearer token
+    /// (`wasmkeep tenant token create`); `true` or `false`.
+    #[arg(long, env = "WASMKEEP_TENANT_TOKENS")]
+    pub tenant_tokens: Option<String>,
     /// Longest one event may run before the guest is stopped (default 30s).
     #[arg(long, env = "WASMKEEP_EVENT_TIME_MAX")]
     pub event_time_max: Option<String>,
@@ -368,6 +382,14 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
     config.tls_cert = path(&args.tls_cert, "tls_cert");
     config.tls_key = path(&args.tls_key, "tls_key");
     config.tls_ca = path(&args.tls_ca, "tls_ca");
+    config.secrets_identity = path(&args.secrets_identity, "secrets_identity");
+    if let Some(text) = file.pick(args.tenant_tokens.as_ref(), "tenant_tokens") {
+        config.tenant_tokens = match text.trim() {
+            "true" | "yes" | "on" | "1" => true,
+            "false" | "no" | "off" | "0" => false,
+            other => bail!("--tenant-tokens {other:?}: use true or false"),
+        };
+    }
     if config.tls_cert.is_some() != config.tls_key.is_some() {
         bail!("--tls-cert and --tls-key go together");
     }
@@ -521,6 +543,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             actor_list(prefix.as_deref(), view).await
         }
         Command::Actor(ActorCommand::Inspect { actor, view }) => actor_inspect(&actor, view).await,
+        Command::Secret(command) => crate::admin::secret(command).await,
+        Command::Tenant(command) => crate::admin::tenant(command).await,
     }
 }
 

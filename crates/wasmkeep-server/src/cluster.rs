@@ -376,7 +376,7 @@ fn heartbeat(node: &Node) -> Heartbeat {
         },
         resident_actors: node.resident_count() as u64,
         drain: node.drain.state(),
-        secrets: false,
+        secrets: node.secrets.readable(),
         capabilities: Default::default(),
         generation: 0,
     }
@@ -450,6 +450,15 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
             .is_err()
         {
             tracing::warn!("reading the drain key timed out");
+        }
+        if tokio::time::timeout(
+            drain_check_time_max,
+            node.secrets.refresh(&*node.bucket, &node.keys),
+        )
+        .await
+        .is_err()
+        {
+            tracing::warn!("refreshing the app's secrets timed out");
         }
         match tokio::time::timeout(bucket_time_max, renew(&node)).await {
             Ok(Ok(())) => {}

@@ -88,6 +88,10 @@ pub struct NodeConfig {
     pub tls_key: Option<PathBuf>,
     /// Roots that peers' certificates are verified against (`--tls-ca`).
     pub tls_ca: Option<PathBuf>,
+    /// The app's age identity (`--secrets-identity`, ADR 0016).
+    pub secrets_identity: Option<PathBuf>,
+    /// Client requests must carry their tenant's bearer token.
+    pub tenant_tokens: bool,
     pub limits: Limits,
 }
 
@@ -111,6 +115,8 @@ impl NodeConfig {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
+            secrets_identity: None,
+            tenant_tokens: false,
             limits: Limits::default(),
         }
     }

@@ -226,9 +226,8 @@ impl ActorHost for NodeHost {
             .map_err(|e| format!("call to {target} failed: {e}"))
     }
 
-    fn secret(&mut self, _name: &str) -> Option<String> {
-        // Secrets (ADR 0016) are not served by this node yet.
-        None
+    fn secret(&mut self, name: &str) -> Option<String> {
+        self.node.secrets.get(name)
     }
 
     fn log(&mut self, level: LogLevel, message: &str) {

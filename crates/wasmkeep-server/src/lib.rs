@@ -26,6 +26,7 @@
 //! after the event's writes are durable; an actor is activated only after
 //! its previous hand-over on this node released its ownership record.
 
+pub mod admin;
 pub mod alarms;
 pub mod classes;
 pub mod cli;
@@ -41,7 +42,9 @@ pub mod metrics;
 pub mod node;
 pub mod relay;
 pub mod route;
+pub mod secrets;
 pub mod sockets;
+pub mod tenants;
 
 pub use config::{Limits, NodeConfig};
 pub use error::{Error, Result};

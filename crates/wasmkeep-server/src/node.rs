@@ -140,6 +140,10 @@ pub struct Node {
     socket_ids: AtomicU64,
     /// The drain of this node (ADR 0014): heartbeat line 9.
     pub drain: crate::drain::Drain,
+    /// The app's secrets as this node reads them (ADR 0016): heartbeat line 10.
+    pub secrets: crate::secrets::Secrets,
+    /// Tenant bearer tokens on client requests.
+    pub tenants: crate::tenants::TenantGate,
 }
 
 impl std::fmt::Debug for Node {
@@ -221,6 +225,13 @@ impl Node {
             )?)),
             None => None,
         };
+        let secrets = crate::secrets::Secrets::load(
+            &*bucket,
+            &keys,
+            config.secrets_identity.as_deref(),
+        )
+        .await?;
+        let tenants = crate::tenants::TenantGate::new(config.tenant_tokens);
         let peer_client = signer
             .as_ref()
             .map(|s| PeerClient::new(Arc::clone(s), Arc::clone(&tls_client)));
@@ -252,6 +263,8 @@ impl Node {
             shutdown_tx,
             socket_ids: AtomicU64::new(1),
             drain: crate::drain::Drain::default(),
+            secrets,
+            tenants,
         });
         if node.signer.is_none() {
             tracing::info!(
