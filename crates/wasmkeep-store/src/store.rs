@@ -975,10 +975,20 @@ async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>) {
             slot.wake.notified().await;
             continue;
         };
-        if let Err(e) = write_snapshot(&shared, &snap).await {
-            tracing::warn!(actor = %shared.actor, seq = snap.seq, error = %e, "snapshot not written");
-        }
+        let written = write_snapshot(&shared, &snap).await;
+        // A flush (hand-over, hibernation) waits for the snapshot, not for
+        // the cleanup of what it covers.
         shared.progress.send_modify(|p| p.snapshots_pending -= 1);
+        match written {
+            Ok(()) => {
+                if let Err(e) = compact(&shared, snap.seq).await {
+                    tracing::warn!(actor = %shared.actor, seq = snap.seq, error = %e, "compaction after a snapshot failed; the next one retries");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(actor = %shared.actor, seq = snap.seq, error = %e, "snapshot not written");
+            }
+        }
     }
 }
 
@@ -1008,26 +1018,47 @@ async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
             });
         }
     }
-    // The snapshot is durable: the records and snapshots it covers can go.
+    Ok(())
+}
+
+/// Deletes the records and snapshots a durable snapshot at `seq` covers,
+/// [`COMPACTION_DELETES_IN_FLIGHT`] at a time. A restore racing it lists again.
+async fn compact(shared: &Shared, seq: u64) -> Result<()> {
+    use futures::StreamExt as _;
     let bucket = &*shared.bucket;
+    let mut covered = Vec::new();
     for meta in bucket
         .list(&shared.keys.actor_log_prefix(&shared.actor))
         .await?
     {
-        if Keys::parse_seq(&meta.key).is_ok_and(|s| s <= snap.seq) {
-            bucket.delete(&meta.key).await?;
+        if Keys::parse_seq(&meta.key).is_ok_and(|s| s <= seq) {
+            covered.push(meta.key);
         }
     }
     for meta in bucket
         .list(&shared.keys.actor_snapshot_prefix(&shared.actor))
         .await?
     {
-        if Keys::parse_seq(&meta.key).is_ok_and(|s| s < snap.seq) {
-            bucket.delete(&meta.key).await?;
+        if Keys::parse_seq(&meta.key).is_ok_and(|s| s < seq) {
+            covered.push(meta.key);
+        }
+    }
+    let deletes: Vec<_> = covered
+        .into_iter()
+        .map(|key| async move { bucket.delete(&key).await })
+        .collect();
+    let mut deletes = futures::stream::iter(deletes).buffer_unordered(COMPACTION_DELETES_IN_FLIGHT);
+    while let Some(deleted) = deletes.next().await {
+        match deleted {
+            Ok(()) | Err(wasmkeep_bucket::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
 }
+
+/// Deletes one compaction runs at once.
+const COMPACTION_DELETES_IN_FLIGHT: usize = 16;
 
 #[cfg(test)]
 mod tests {
