@@ -116,6 +116,20 @@ impl AlarmTimer {
         }
     }
 
+    /// Forgets the actor's entry only if it is the registration of the
+    /// alarm scheduled at `scheduled_ms` (a newer one stays).
+    pub fn clear_if(&self, actor: &ActorId, scheduled_ms: i64) {
+        let mut state = self.state.lock();
+        let matches = state
+            .by_actor
+            .get(actor)
+            .and_then(|due| state.due.get(&(*due, actor.clone())))
+            .is_some_and(|fire| fire.scheduled_ms == scheduled_ms);
+        if matches && let Some(old) = state.by_actor.remove(actor) {
+            state.due.remove(&(old, actor.clone()));
+        }
+    }
+
     pub fn contains(&self, actor: &ActorId) -> bool {
         self.state.lock().by_actor.contains_key(actor)
     }

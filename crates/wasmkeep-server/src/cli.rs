@@ -14,6 +14,7 @@ use anyhow::{Context, anyhow, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use wasmkeep_bucket::Bucket;
 use wasmkeep_runtime::{Runtime, RuntimeConfig};
+use wasmkeep_types::heartbeat::CAPABILITY_TAKE;
 use wasmkeep_types::{AppName, ClassName, Keys, NodeId};
 
 use crate::{NodeConfig, classes, http, node::Node};
@@ -105,6 +106,23 @@ pub enum ActorCommand {
     Inspect {
         /// TENANT/CLASS/NAME
         actor: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// Moves one actor to a named node now (writes
+    /// `control/move/<tenant>/<class>/<name hex>/<node>`; ADR 0017). It
+    /// does not pin: an idle actor hibernates there and its next event may
+    /// claim it anywhere.
+    Move {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        /// The node that should hold the actor.
+        #[arg(long)]
+        to: String,
+        /// Follow the move on stderr; exit 0 once the target holds the actor,
+        /// non-zero when the move did not happen.
+        #[arg(long)]
+        wait: bool,
         #[command(flatten)]
         view: ViewArgs,
     },
@@ -543,6 +561,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             actor_list(prefix.as_deref(), view).await
         }
         Command::Actor(ActorCommand::Inspect { actor, view }) => actor_inspect(&actor, view).await,
+        Command::Actor(ActorCommand::Move {
+            actor,
+            to,
+            wait,
+            view,
+        }) => actor_move(&actor, &to, wait, view).await,
         Command::Secret(command) => crate::admin::secret(command).await,
         Command::Tenant(command) => crate::admin::tenant(command).await,
     }
@@ -713,6 +737,106 @@ async fn write_drain_key(
         };
         if progress != last {
             eprintln!("wasmkeep: node {node_id}: {progress}");
+            last = progress;
+        }
+        tokio::time::sleep(DRAIN_WAIT_POLL).await;
+    }
+}
+
+/// Body of a move key; the key names the actor and the target. The time
+/// makes two writes of one key differ (their ETags too).
+fn move_key_body() -> bytes::Bytes {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    bytes::Bytes::from(format!("wasmkeep-move 1\n{now_ms}\n"))
+}
+
+async fn actor_move(actor: &str, to: &str, wait: bool, view: ViewArgs) -> anyhow::Result<()> {
+    let actor = wasmkeep_types::ActorId::parse(actor)
+        .with_context(|| format!("{actor:?} is not an actor id TENANT/CLASS/NAME"))?;
+    let target = NodeId::new(to.to_owned()).with_context(|| format!("--to {to:?}"))?;
+    let (bucket, keys, lease_ttl) = open_view(&view).await?;
+    let nodes = wasmkeep_cluster::inspect::list_nodes(&*bucket, &keys, lease_ttl).await?;
+    match nodes.iter().find(|r| r.node == target.as_str()) {
+        None => eprintln!(
+            "wasmkeep: node {target} has no heartbeat in app {}; the key waits for it (it expires after 5 minutes)",
+            view.app
+        ),
+        Some(row) if !row.capabilities.iter().any(|c| c == CAPABILITY_TAKE) => eprintln!(
+            "wasmkeep: node {target} does not advertise take (an older release); the key waits (it expires after 5 minutes)"
+        ),
+        Some(_) => {}
+    }
+    let key = keys.move_key(&actor, &target);
+    bucket
+        .put(&key, move_key_body())
+        .await
+        .context("writing the move key")?;
+    eprintln!("wasmkeep: move of {actor} to node {target} requested");
+    if !wait {
+        return Ok(());
+    }
+    /// Readings after the key is gone before the CLI calls the move dropped.
+    const MOVE_SETTLE_READS: u32 = 4;
+    let deadline = tokio::time::Instant::now() + crate::moves::MOVE_KEY_AGE_MAX;
+    let mut settle_reads = 0;
+    let mut last = String::new();
+    loop {
+        let key_left = match bucket.head(&key).await {
+            Ok(_) => true,
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => false,
+            Err(e) => return Err(e).context("reading the move key"),
+        };
+        let row =
+            wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor).await?;
+        let holder = row
+            .as_ref()
+            .filter(|r| r.hold_valid)
+            .and_then(|r| r.owner.clone());
+        if holder.as_deref() == Some(target.as_str()) && !key_left {
+            eprintln!("wasmkeep: done: node {target} holds {actor}");
+            return Ok(());
+        }
+        if !key_left {
+            // The key goes once the target holds the actor; a reading taken
+            // between the two is not an outcome yet.
+            if settle_reads < MOVE_SETTLE_READS {
+                settle_reads += 1;
+                tokio::time::sleep(DRAIN_WAIT_POLL).await;
+                continue;
+            }
+            let outcome = match (&row, &holder) {
+                (None, _) => format!("dropped: actor {actor} does not exist"),
+                (_, Some(other)) => format!("dropped: node {other} holds the actor"),
+                (_, None) => "dropped: the key was deleted and nobody holds the actor".to_owned(),
+            };
+            bail!("move of {actor} to node {target}: {outcome}");
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("move of {actor} to node {target}: expired after 5 minutes without happening");
+        }
+        let nodes = wasmkeep_cluster::inspect::list_nodes(&*bucket, &keys, lease_ttl).await?;
+        let target_row = nodes.iter().find(|r| r.node == target.as_str());
+        let progress = match target_row {
+            None => format!("retrying: node {target} has no heartbeat"),
+            Some(r) if r.stale => format!("retrying: node {target}'s heartbeat is stale"),
+            Some(r) if r.drain != "none" || r.drain_requested => {
+                format!("target refused: node {target} drains; retrying until the key expires")
+            }
+            Some(r) if !r.capabilities.iter().any(|c| c == CAPABILITY_TAKE) => {
+                format!("target refused: node {target} does not advertise take; retrying")
+            }
+            Some(_) => match &holder {
+                Some(owner) => {
+                    format!("moving: held by {owner}, waiting for its pass over the key")
+                }
+                None => "moving: nobody holds the actor; waiting for the target's take".to_owned(),
+            },
+        };
+        if progress != last {
+            eprintln!("wasmkeep: {actor}: {progress}");
             last = progress;
         }
         tokio::time::sleep(DRAIN_WAIT_POLL).await;

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use wasmkeep_cluster::signing::Verdict;
 use wasmkeep_runtime::{Request, Response};
 use wasmkeep_transport::PeerCall;
-use wasmkeep_types::heartbeat::{ClassesServed, Heartbeat};
+use wasmkeep_types::heartbeat::{CAPABILITY_TAKE, ClassesServed, Heartbeat};
 use wasmkeep_types::{ActorId, NodeId};
 
 use crate::node::{Node, Owner};
@@ -27,6 +27,8 @@ pub const MARKER_FORWARDED: &str = "x-wasmkeep-forwarded";
 pub const MARKER_CALL_CHAIN: &str = "x-wasmkeep-call-chain";
 /// Marker: an alarm handed off by another node (its scheduled ms).
 pub const MARKER_ALARM: &str = "x-wasmkeep-alarm";
+/// Marker: take the actor (ADR 0017); the signed body names the tenant.
+pub const MARKER_TAKE: &str = "x-wasmkeep-take";
 /// Response header on a 503 from a draining node that no longer holds the
 /// actor of a forwarded request: nothing ran there, so the sender may claim
 /// the actor and run the request itself, once (ADR 0014). Guests cannot set it.
@@ -72,6 +74,8 @@ pub struct Markers {
     pub forwarded: bool,
     pub call_chain: Option<Vec<ActorId>>,
     pub alarm_ms: Option<i64>,
+    /// A take call (ADR 0017).
+    pub take: bool,
 }
 
 impl Markers {
@@ -122,6 +126,7 @@ pub fn judge(
             Markers {
                 forwarded: find(MARKER_FORWARDED) == Some("1"),
                 alarm_ms: find(MARKER_ALARM).and_then(|v| v.parse().ok()),
+                take: find(MARKER_TAKE) == Some("1"),
                 call_chain,
                 from: Some(from),
             }
@@ -340,6 +345,24 @@ pub async fn hand_off_alarm(
     }
 }
 
+/// Answers a verified node call that is not an actor event: an alarm
+/// hand-off or a take. `None` for anything else.
+pub async fn node_call(
+    node: &Arc<Node>,
+    actor: &ActorId,
+    markers: &Markers,
+    body: &[u8],
+) -> Result<Option<crate::moves::NodeAnswer>> {
+    if markers.take {
+        return Ok(Some(crate::moves::receive_take(node, actor, body).await));
+    }
+    if let Some(scheduled_ms) = markers.alarm_ms {
+        receive_alarm(node, actor, scheduled_ms).await?;
+        return Ok(Some(crate::moves::NodeAnswer::new(200, "alarm armed")));
+    }
+    Ok(None)
+}
+
 /// The receiving side of a hand-off: activate the actor here (if no other
 /// node holds it) and arm the alarm unless an earlier one is registered.
 pub async fn receive_alarm(node: &Arc<Node>, actor: &ActorId, scheduled_ms: i64) -> Result<()> {
@@ -377,7 +400,12 @@ fn heartbeat(node: &Node) -> Heartbeat {
         resident_actors: node.resident_count() as u64,
         drain: node.drain.state(),
         secrets: node.secrets.readable(),
-        capabilities: Default::default(),
+        // A node without the cluster key cannot verify a take call.
+        capabilities: if node.signer.is_some() {
+            [CAPABILITY_TAKE.to_owned()].into()
+        } else {
+            Default::default()
+        },
         generation: 0,
     }
 }
@@ -490,6 +518,13 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
                     .store(i64::try_from(live).unwrap_or(i64::MAX), Ordering::Relaxed);
             }
             Err(e) => tracing::warn!(error = %e, "peer refresh failed"),
+        }
+        // Move keys, with the peers just refreshed (targets' line 11).
+        if tokio::time::timeout(bucket_time_max, crate::moves::check(&node))
+            .await
+            .is_err()
+        {
+            tracing::warn!("the pass over the move keys timed out");
         }
     }
 }

@@ -16,6 +16,9 @@ pub enum Error {
     /// The request body is larger than the node accepts.
     #[error("request body larger than {limit_bytes} bytes")]
     BodyTooLarge { limit_bytes: usize },
+    /// A client request lacks its tenant's bearer token, or carries a wrong one.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
     /// The request is malformed in another way (headers, upgrade, body).
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -72,6 +75,7 @@ impl Error {
     pub fn status(&self) -> u16 {
         match self {
             Error::InvalidName(_) | Error::BadRequest(_) | Error::Component(_) => 400,
+            Error::Unauthorized(_) => 401,
             Error::NoRoute(_) | Error::UnknownClass(_) => 404,
             Error::BodyTooLarge { .. } => 413,
             Error::Call(_) => 508,
@@ -94,6 +98,7 @@ impl Error {
             Error::UnknownClass(_) => "unknown_class",
             Error::BodyTooLarge { .. } => "body_too_large",
             Error::BadRequest(_) => "bad_request",
+            Error::Unauthorized(_) => "unauthorized",
             Error::Guest(_) => "guest_failed",
             Error::Unavailable { .. }
             | Error::Bucket(_)
@@ -153,6 +158,8 @@ mod tests {
     fn statuses_fit_the_error() {
         assert_eq!(Error::UnknownClass("x".into()).status(), 404);
         assert_eq!(Error::BodyTooLarge { limit_bytes: 1 }.status(), 413);
+        assert_eq!(Error::Unauthorized("x".into()).status(), 401);
+        assert_eq!(Error::Unauthorized("x".into()).code(), "unauthorized");
         assert_eq!(Error::Guest("trap".into()).status(), 500);
         assert_eq!(Error::Guest("trap".into()).retry_after_s(), None);
     }

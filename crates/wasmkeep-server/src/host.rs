@@ -1,7 +1,8 @@
 //! The node's [`ActorHost`]: what a guest reaches from inside an event —
 //! its database (through the actor's store), its alarm, its sockets, calls
-//! to other actors, and logging. One per resident actor, owned by its
-//! instance and reached by the mailbox through `as_any`.
+//! to other actors (never across tenants), the app's secrets, and logging.
+//! One per resident actor, owned by its instance and reached by the mailbox
+//! through `as_any`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -201,9 +202,22 @@ impl ActorHost for NodeHost {
         name: String,
         mut request: Request,
     ) -> Result<Response, String> {
+        // A call names a class and a name only: its target is always in the
+        // caller's tenant, so tenants never reach each other's actors.
+        if class.contains('/') {
+            return Err(format!(
+                "{class:?} is not a class name: an actor calls only actors of its own tenant ({})",
+                self.actor.tenant
+            ));
+        }
         let class = ClassName::new(class).map_err(|e| e.to_string())?;
         let target =
             ActorId::new(self.actor.tenant.clone(), class, name).map_err(|e| e.to_string())?;
+        if target.tenant != self.actor.tenant {
+            return Err(format!(
+                "{target} is in another tenant: calls never cross tenants"
+            ));
+        }
         if self.chain.contains(&target) {
             let path: Vec<String> = self.chain.iter().map(ToString::to_string).collect();
             return Err(format!("call cycle: {} -> {target}", path.join(" -> ")));

@@ -1,7 +1,9 @@
 //! The HTTP front: accepts connections (hyper 1, HTTP/1.1 with upgrades,
 //! plain or TLS), routes each request, reads its body within the limit,
 //! verifies signed node calls (their markers are honoured only then), strips
-//! marker headers and turns every error into `{"error", "code"}` JSON.
+//! marker headers, checks client requests' tenant tokens (when the node
+//! requires them; ADR 0022) and turns every error into `{"error", "code"}`
+//! JSON.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use wasmkeep_runtime::{Request, Response};
+use wasmkeep_types::ActorId;
 
 use crate::cluster::{self, HEADER_NODE, Markers};
 use crate::host::strip_markers;
@@ -142,6 +145,9 @@ pub fn error_response(error: &Error) -> HttpResponse {
     if let Some(seconds) = error.retry_after_s() {
         builder = builder.header("retry-after", seconds.to_string());
     }
+    if matches!(error, Error::Unauthorized(_)) {
+        builder = builder.header(hyper::header::WWW_AUTHENTICATE, "Bearer");
+    }
     if matches!(error, Error::Released { .. }) {
         // Only node code sets it: guests cannot set `x-wasmkeep-*` headers.
         builder = builder.header(cluster::HEADER_RELEASED, "1");
@@ -171,8 +177,6 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
         }
         Route::Actor { actor, path } => (actor, path),
     };
-    // Refuse unknown classes before reading a body.
-    node.class(&actor.class)?;
     let method = req.method().as_str().to_owned();
     let raw_path = req.uri().path().to_owned();
     let raw_query = req.uri().query().unwrap_or("").to_owned();
@@ -183,8 +187,27 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
             .map_err(|_| Error::BadRequest(format!("header {name} is not visible ASCII")))?;
         headers.push((name.as_str().to_owned(), value.to_owned()));
     }
+    // A request without a signature is a client's: its tenant token is
+    // checked before anything else (even whether the class exists). A
+    // signed one is judged once its body is read; if its signature is
+    // refused, it is a client's too and is checked then.
+    let signed = req
+        .headers()
+        .contains_key(wasmkeep_cluster::signing::HEADER_SIGNATURE);
+    if !signed {
+        check_tenant_token(node, &actor, &headers).await?;
+    }
+    // Refuse unknown classes before reading a body.
+    node.class(&actor.class)?;
     if sockets::is_upgrade(&req) {
         let markers = cluster::judge(node, &method, &raw_path, &raw_query, &headers, b"");
+        if signed && markers.from.is_none() {
+            check_tenant_token(node, &actor, &headers).await?;
+        }
+        let mut req = req;
+        if node.tenants.required {
+            req.headers_mut().remove(hyper::header::AUTHORIZATION);
+        }
         return sockets::upgrade(node, &actor, &path, req, markers.hop()).await;
     }
     let limit = node.config.limits.body_bytes_max;
@@ -205,10 +228,22 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
         Err(e) => return Err(Error::BadRequest(format!("reading the body failed: {e}"))),
     };
     let markers: Markers = cluster::judge(node, &method, &raw_path, &raw_query, &headers, &body);
+    if signed && markers.from.is_none() {
+        // A refused signature makes it an ordinary client request.
+        check_tenant_token(node, &actor, &headers).await?;
+    }
     strip_markers(&mut headers);
-    if let Some(scheduled_ms) = markers.alarm_ms {
-        cluster::receive_alarm(node, &actor, scheduled_ms).await?;
-        let mut response = text(200, "text/plain", "alarm armed\n");
+    if node.tenants.required {
+        strip_authorization(&mut headers);
+    }
+    // Node calls (alarm hand-off, take) are answered by the node itself.
+    if let Some(answer) = cluster::node_call(node, &actor, &markers, &body).await? {
+        let mut response = text(answer.status, "text/plain", &answer.body);
+        for (name, value) in answer.headers {
+            if let Ok(value) = hyper::header::HeaderValue::from_str(&value) {
+                response.headers_mut().insert(name, value);
+            }
+        }
         add_node_header(&mut response, node.node_id.as_str());
         return Ok(response);
     }
@@ -223,6 +258,11 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
         }
         None => vec![actor.clone()],
     };
+    if let Some(other) = chain.iter().find(|a| a.tenant != actor.tenant) {
+        return Err(Error::Call(format!(
+            "actor {other} cannot call {actor}: calls never cross tenants"
+        )));
+    }
     let request = Request {
         method,
         path,
@@ -235,6 +275,42 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
     let mut response = to_http(routed.response)?;
     add_node_header(&mut response, &routed.ran_on);
     Ok(response)
+}
+
+/// Checks a client request's bearer token against its tenant's tokens
+/// (when the node requires them); a refusal is 401 and reaches no actor.
+async fn check_tenant_token(
+    node: &Node,
+    actor: &ActorId,
+    headers: &[(String, String)],
+) -> Result<()> {
+    if !node.tenants.required {
+        return Ok(());
+    }
+    let mut values = headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+        .map(|(_, value)| value.as_str());
+    let authorization = values.next();
+    if values.next().is_some() {
+        return Err(Error::Unauthorized(
+            "more than one Authorization header".into(),
+        ));
+    }
+    let result = node
+        .tenants
+        .check(&*node.bucket, &node.keys, &actor.tenant, authorization)
+        .await;
+    if let Err(Error::Unauthorized(reason)) = &result {
+        tracing::debug!(tenant = %actor.tenant, reason, "refused a request without a valid tenant token");
+    }
+    result
+}
+
+/// Removes the `Authorization` header, so that a tenant token never reaches
+/// guest code.
+fn strip_authorization(headers: &mut Vec<(String, String)>) {
+    headers.retain(|(name, _)| !name.eq_ignore_ascii_case("authorization"));
 }
 
 fn add_node_header(response: &mut HttpResponse, node: &str) {
@@ -361,6 +437,24 @@ mod tests {
         assert_eq!(response.status(), 503);
         assert_eq!(response.headers()["retry-after"], "1");
         assert_eq!(response.headers()[crate::cluster::HEADER_RELEASED], "1");
+    }
+
+    #[test]
+    fn unauthorized_answers_401_asking_for_a_bearer_token() {
+        let response = error_response(&Error::Unauthorized("no token".into()));
+        assert_eq!(response.status(), 401);
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+        assert!(!response.headers().contains_key("retry-after"));
+    }
+
+    #[test]
+    fn the_authorization_header_never_reaches_a_guest() {
+        let mut headers = vec![
+            ("Authorization".to_owned(), "Bearer wk_x".to_owned()),
+            ("accept".to_owned(), "*/*".to_owned()),
+        ];
+        strip_authorization(&mut headers);
+        assert_eq!(headers, vec![("accept".to_owned(), "*/*".to_owned())]);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //!   to the node that holds the actor. Ownership records, leases, peers and
 //!   hints are `wasmkeep_cluster`'s.
 //! - [`drain`]: draining the node (ADR 0014): drain key, line 9, hand-over of every actor.
+//! - [`moves`]: moving one actor (ADR 0017): move keys, the move job, the take call and job.
 //! - [`classes`]: deploy and the class poll. [`metrics`], [`counting`]: Prometheus.
 //! - [`cli`]: the command line.
 //!
@@ -39,6 +40,7 @@ pub mod host;
 pub mod http;
 mod mailbox;
 pub mod metrics;
+pub mod moves;
 pub mod node;
 pub mod relay;
 pub mod route;

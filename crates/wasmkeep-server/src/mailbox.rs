@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, watch};
 use wasmkeep_bucket::Etag;
-use wasmkeep_cluster::{AcquireOutcome, LeaseReturn};
+use wasmkeep_cluster::{AcquireOutcome, LeaseReturn, planted};
 use wasmkeep_runtime::{ActorInstance, EventError, Message, Request, Response};
 use wasmkeep_store::{ActorStore, OutputGate, WriterId};
 use wasmkeep_types::ActorId;
@@ -51,6 +51,12 @@ pub(crate) enum Job {
     /// Hand the actor over now, after the events queued before this job
     /// (the node drains, ADR 0014).
     Drain,
+    /// Hand the actor over for a move (ADR 0017), unless the attempt
+    /// `token` was given up meanwhile or a socket is open.
+    Move {
+        token: u64,
+        reply: crate::moves::MoveReply,
+    },
 }
 
 /// A finished event waiting for its output gate.
@@ -67,6 +73,8 @@ struct Active {
     hold: Etag,
     release_tx: mpsc::Sender<Release>,
     releaser: tokio::task::JoinHandle<()>,
+    /// Set when the actor leaves for a move: told how the hand-over went.
+    move_reply: Option<crate::moves::MoveReply>,
 }
 
 fn host(instance: &mut ActorInstance) -> &mut NodeHost {
@@ -88,6 +96,10 @@ enum Leave {
     /// The node drains: hand over, then pass the committed alarm on to the
     /// peer that takes the actor.
     Drain,
+    /// One actor moves (ADR 0017): hand over and report to the move task,
+    /// which sends the take call; the alarm stays registered here until the
+    /// take succeeded.
+    Move,
 }
 
 pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Job>) {
@@ -199,13 +211,16 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
         hold,
         release_tx,
         releaser,
+        move_reply: None,
     })
 }
 
-async fn release_hold(node: &Node, actor: &ActorId, hold: &Etag) {
-    if node.ownership.release(actor, hold).await == LeaseReturn::Failed {
+async fn release_hold(node: &Node, actor: &ActorId, hold: &Etag) -> LeaseReturn {
+    let returned = node.ownership.release(actor, hold).await;
+    if returned == LeaseReturn::Failed {
         tracing::warn!(%actor, "ownership record not released; it expires with this node's lease");
     }
+    returned
 }
 
 fn fail_job(node: &Arc<Node>, job: Job, error: &Error) {
@@ -350,6 +365,12 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, job: J
             }
             Job::Hibernate | Job::Drain => {
                 host(instance).store.rollback_event();
+                return;
+            }
+            Job::Move { reply, .. } => {
+                // Reached only when queued behind a hand-over that began.
+                host(instance).store.rollback_event();
+                let _ = reply.send(crate::moves::MoveOutcome::Abandoned);
                 return;
             }
         };
@@ -578,6 +599,7 @@ async fn hand_over(
         hold,
         release_tx,
         releaser,
+        move_reply,
     } = active;
     drop(release_tx);
     let _ = releaser.await;
@@ -587,14 +609,27 @@ async fn hand_over(
     // The committed alarm, read before the database closes.
     let alarm = host(&mut instance).store.alarm();
     drop(instance);
-    if fenced {
+    let returned = if fenced {
         // The lease lapsed: another node may hold the actor by now, so the
         // record is not touched; it names an incarnation that never renews.
         tracing::warn!(actor = %stub.id, "dropped without release: this node's lease lapsed");
+        LeaseReturn::Failed
     } else {
-        release_hold(node, &stub.id, &hold).await;
+        release_hold(node, &stub.id, &hold).await
+    };
+    if leave == Leave::Move && planted::hibernate_after_release() {
+        // Planted bug (ADR 0017's first draft): forget the move right after
+        // the release, so this node's next event claims the actor back.
+        node.moves.forget(&stub.id);
     }
     node.end_release(stub, released);
+    if let Some(reply) = move_reply {
+        let outcome = match returned {
+            LeaseReturn::Released => crate::moves::MoveOutcome::Released { alarm },
+            LeaseReturn::Failed => crate::moves::MoveOutcome::ReleaseFailed,
+        };
+        let _ = reply.send(outcome);
+    }
     if leave == Leave::Idle {
         node.metrics.hibernations.fetch_add(1, Ordering::Relaxed);
     }
@@ -676,6 +711,16 @@ async fn serve_until_leave(
                 }
             }
             Some(Job::Drain) => return Leave::Drain,
+            Some(Job::Move { token, reply }) => {
+                if !node.moves.is_current(&stub.id, token) {
+                    let _ = reply.send(crate::moves::MoveOutcome::Abandoned);
+                } else if stub.open_sockets() > 0 {
+                    let _ = reply.send(crate::moves::MoveOutcome::Busy("a socket is still open"));
+                } else {
+                    active.move_reply = Some(reply);
+                    return Leave::Move;
+                }
+            }
             Some(job) => run_job(node, stub, active, job).await,
             None => return Leave::Shutdown,
         }

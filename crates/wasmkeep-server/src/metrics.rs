@@ -90,6 +90,16 @@ pub struct Metrics {
     /// 1 while a requested drain waits for an eligible peer.
     pub drain_blocked: AtomicI64,
     pub store_fenced: AtomicU64,
+    /// Moves this node started as the owner (ADR 0017).
+    pub moves_started: AtomicU64,
+    /// Moves that ended with the target holding the actor (owner or target side).
+    pub moves_done: AtomicU64,
+    /// Move attempts that ended without an outcome and are tried again.
+    pub moves_retried: AtomicU64,
+    /// From the owner's pass over a move key to the target holding the actor.
+    pub move_latency: Histogram,
+    /// Move keys for actors resident here whose target cannot take them now.
+    pub moves_waiting: AtomicI64,
     bucket_requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     pub bucket_latency: Histogram,
 }
@@ -122,7 +132,7 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 20] = [
+        let counters: [(&str, &str, u64); 23] = [
             (
                 "wasmkeep_forwarded_requests_total",
                 "Requests and calls forwarded to the node that holds the actor.",
@@ -215,6 +225,21 @@ impl Metrics {
                 load(&self.class_loads),
             ),
             (
+                "wasmkeep_moves_started_total",
+                "Moves of a resident actor started by this node as its owner.",
+                load(&self.moves_started),
+            ),
+            (
+                "wasmkeep_moves_done_total",
+                "Moves that ended with the target holding the actor.",
+                load(&self.moves_done),
+            ),
+            (
+                "wasmkeep_moves_retried_total",
+                "Move attempts without an outcome; the key is tried again.",
+                load(&self.moves_retried),
+            ),
+            (
                 "wasmkeep_http_requests_seen_total",
                 "HTTP requests answered.",
                 self.requests_by_status.lock().values().sum(),
@@ -243,6 +268,11 @@ impl Metrics {
                 self.peers_live.load(Ordering::Relaxed),
             ),
             (
+                "wasmkeep_moves_waiting",
+                "Move keys of resident actors whose target cannot take them now (retried every heartbeat).",
+                self.moves_waiting.load(Ordering::Relaxed),
+            ),
+            (
                 "wasmkeep_drain_blocked",
                 "1 while a drain was asked but no eligible peer can take the actors.",
                 self.drain_blocked.load(Ordering::Relaxed),
@@ -264,6 +294,12 @@ impl Metrics {
             &mut out,
             "wasmkeep_forward_seconds",
             "Latency of forwarded requests and calls, the peer's event included.",
+            "",
+        );
+        self.move_latency.render(
+            &mut out,
+            "wasmkeep_move_seconds",
+            "From the owner's pass over a move key to the target holding the actor.",
             "",
         );
         self.alarm_lag.render(

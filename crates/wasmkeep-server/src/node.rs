@@ -140,6 +140,8 @@ pub struct Node {
     socket_ids: AtomicU64,
     /// The drain of this node (ADR 0014): heartbeat line 9.
     pub drain: crate::drain::Drain,
+    /// Moves of single actors under way (ADR 0017).
+    pub moves: crate::moves::Moves,
     /// The app's secrets as this node reads them (ADR 0016): heartbeat line 10.
     pub secrets: crate::secrets::Secrets,
     /// Tenant bearer tokens on client requests.
@@ -225,12 +227,9 @@ impl Node {
             )?)),
             None => None,
         };
-        let secrets = crate::secrets::Secrets::load(
-            &*bucket,
-            &keys,
-            config.secrets_identity.as_deref(),
-        )
-        .await?;
+        let secrets =
+            crate::secrets::Secrets::load(&*bucket, &keys, config.secrets_identity.as_deref())
+                .await?;
         let tenants = crate::tenants::TenantGate::new(config.tenant_tokens);
         let peer_client = signer
             .as_ref()
@@ -263,6 +262,7 @@ impl Node {
             shutdown_tx,
             socket_ids: AtomicU64::new(1),
             drain: crate::drain::Drain::default(),
+            moves: crate::moves::Moves::default(),
             secrets,
             tenants,
         });
@@ -386,6 +386,14 @@ impl Node {
                             return Err(Error::unavailable("the node is shutting down"));
                         }
                         self.class(&actor.class)?;
+                        // A move under way: the actor goes to its target,
+                        // which claims it, never back here (ADR 0017).
+                        if let Some(target) = self.moves.target(actor)
+                            && target != self.node_id
+                        {
+                            drop(actors);
+                            return self.elsewhere(actor, target);
+                        }
                         if let Some(peer) = self.hints.get(actor)
                             && peer != self.node_id
                         {
@@ -463,6 +471,14 @@ impl Node {
             peer: p.heartbeat.node,
             url: p.heartbeat.advertise,
         }))
+    }
+
+    /// The actor's stub when it is resident here and not being released.
+    pub(crate) fn live_stub(&self, actor: &ActorId) -> Option<Arc<Stub>> {
+        match self.actors.lock().get(actor) {
+            Some(Entry::Live(stub)) => Some(Arc::clone(stub)),
+            _ => None,
+        }
     }
 
     /// The resident actors that are not being released.

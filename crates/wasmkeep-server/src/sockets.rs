@@ -70,6 +70,16 @@ pub async fn upgrade(
         // Relayed here by a node that found this one holding the actor.
         node.hints.forget(actor);
     }
+    // While the actor moves, reconnecting clients go to the target, even
+    // before the hand-over: they must not land back here (ADR 0017).
+    if hop == Hop::Client
+        && let Some(target) = node.moves.target(actor)
+        && target != node.node_id
+        && let Some(peer) = node.peers.get(&target)
+    {
+        let url = peer.heartbeat.advertise;
+        return crate::relay::relay(node, actor, &target, &url, path, req, hop, &key).await;
+    }
     let limits = &node.config.limits;
     let (stub, id, rx) = loop {
         let stub = match node.ensure_owner(actor).await? {

@@ -6,7 +6,8 @@
 //!   (ms since the epoch); each firing adds one to a separate count, read by
 //!   `GET /alarms`;
 //! - a WebSocket (the host opens it on `/ws`): each text message `inc` is
-//!   answered with the new count; any other message is echoed back.
+//!   answered with the new count; any other message is echoed back. Each
+//!   socket close adds one to a third count, read by `GET /closes`.
 //!
 //! Both counts are rows of one table. An increment is one statement, like
 //! the benchmark's peer; the table is created only when that statement finds
@@ -21,6 +22,8 @@ use wasmkeep_sdk::{alarm, log, params, sockets, sql};
 const INCREMENTS: i64 = 1;
 /// The row of the alarm count.
 const ALARMS: i64 = 2;
+/// The row of the socket-close count.
+const CLOSES: i64 = 3;
 
 /// The furthest ahead an alarm may be set: a year.
 const ALARM_DELAY_MS_MAX: u64 = 366 * 24 * 3600 * 1000;
@@ -36,6 +39,7 @@ const HELP: &str = "counter actor
   GET  /value            the count
   POST /alarm?in_ms=N    set the alarm N ms ahead; returns its time (ms since the epoch)
   GET  /alarms           how many times the alarm has fired
+  GET  /closes           how many sockets have closed
   WebSocket /ws          send \"inc\", receive the new count
 ";
 
@@ -76,6 +80,10 @@ impl Counter {
         value(ALARMS).map(|n| n.to_string())
     }
 
+    fn closes(&self, _: &Request, _: &Params) -> Result<String> {
+        value(CLOSES).map(|n| n.to_string())
+    }
+
     fn set_alarm(&self, request: &Request, _: &Params) -> Result<String> {
         let delay_ms: u64 = request
             .query_parse("in_ms")?
@@ -96,7 +104,8 @@ impl Actor for Counter {
             .post("/increment", Counter::increment)
             .get("/value", Counter::value)
             .post("/alarm", Counter::set_alarm)
-            .get("/alarms", Counter::alarms);
+            .get("/alarms", Counter::alarms)
+            .get("/closes", Counter::closes);
         Counter { router }
     }
 
@@ -119,6 +128,12 @@ impl Actor for Counter {
         // The client may have gone meanwhile; its close event follows.
         if let Err(err) = sockets::send(socket, &reply) {
             log::debug!("reply not sent: {err}");
+        }
+    }
+
+    fn socket_close(&self, _socket: u64, _code: u16, _reason: String) {
+        if let Err(err) = increment(CLOSES) {
+            log::warn!("counting a socket close failed: {err}");
         }
     }
 }

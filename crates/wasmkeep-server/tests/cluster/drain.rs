@@ -15,14 +15,14 @@ use parking_lot::Mutex;
 use crate::runner::{BucketKind, Cluster, ClusterOptions, POLL_PERIOD};
 
 /// Actors under load; actor `d{a}` is first claimed by node `a % nodes`.
-const ACTORS: usize = 24;
+pub(crate) const ACTORS: usize = 24;
 /// Concurrent load loops.
-const LOADERS: usize = 4;
-const PHASE_TIME_MAX: Duration = Duration::from_secs(40);
+pub(crate) const LOADERS: usize = 4;
+pub(crate) const PHASE_TIME_MAX: Duration = Duration::from_secs(40);
 /// The alarm is set this far ahead, so it falls due while the drain runs.
 const ALARM_IN_MS: u64 = 700;
 /// Close code of a hand-over: "service restart".
-const CLOSE_SERVICE_RESTART: u16 = 1012;
+pub(crate) const CLOSE_SERVICE_RESTART: u16 = 1012;
 
 pub async fn drain_under_load_hands_every_actor_over(tls: bool, bucket: BucketKind) {
     crate::run(ClusterOptions::new("drain", bucket, tls), drain_body).await
@@ -44,17 +44,23 @@ pub async fn drain_without_eligible_peer_keeps_serving(tls: bool, bucket: Bucket
 
 /// What the load saw: acknowledged increments per actor, 503s, failures.
 #[derive(Default)]
-struct Load {
-    acked: Mutex<BTreeMap<usize, u64>>,
-    unavailable: AtomicU64,
+pub(crate) struct Load {
+    pub(crate) acked: Mutex<BTreeMap<usize, u64>>,
+    pub(crate) unavailable: AtomicU64,
     /// Why requests got 503 (for the report), by reason text.
-    unavailable_reasons: Mutex<BTreeMap<String, u64>>,
-    failures: Mutex<Vec<String>>,
+    pub(crate) unavailable_reasons: Mutex<BTreeMap<String, u64>>,
+    pub(crate) failures: Mutex<Vec<String>>,
 }
 
 /// Increments actors round-robin through `nodes` until `stop`; only a 503
 /// with Retry-After may fail (it is not counted as acknowledged).
-async fn load(c: &Cluster, nodes: &[usize], loader: usize, stop: &AtomicBool, seen: &Load) {
+pub(crate) async fn load(
+    c: &Cluster,
+    nodes: &[usize],
+    loader: usize,
+    stop: &AtomicBool,
+    seen: &Load,
+) {
     let mut k = loader;
     while !stop.load(Ordering::Relaxed) {
         let a = k % ACTORS;
@@ -90,7 +96,7 @@ async fn load(c: &Cluster, nodes: &[usize], loader: usize, stop: &AtomicBool, se
 
 /// One increment of each actor through node `a % n`; returns the nodes
 /// that answered.
-async fn warm_up(c: &Cluster, load: &Load) -> anyhow::Result<Vec<String>> {
+pub(crate) async fn warm_up(c: &Cluster, load: &Load) -> anyhow::Result<Vec<String>> {
     let deadline = Instant::now() + PHASE_TIME_MAX;
     let mut owners = Vec::new();
     for a in 0..ACTORS {
@@ -111,7 +117,7 @@ async fn warm_up(c: &Cluster, load: &Load) -> anyhow::Result<Vec<String>> {
 
 /// Every actor's value, read through node `via`, equals its acknowledged
 /// increments (plus `extra` of actor `a`).
-async fn check_counts(
+pub(crate) async fn check_counts(
     c: &Cluster,
     via: usize,
     load: &Load,
@@ -157,7 +163,7 @@ async fn node_row(c: &Cluster, node: &str) -> anyhow::Result<Option<(String, Str
         }))
 }
 
-async fn wait_for_drain_word(c: &Cluster, node: &str, word: &str) -> anyhow::Result<()> {
+pub(crate) async fn wait_for_drain_word(c: &Cluster, node: &str, word: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + PHASE_TIME_MAX;
     loop {
         let row = node_row(c, node).await?;

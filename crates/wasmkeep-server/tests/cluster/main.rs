@@ -4,7 +4,8 @@
 //!
 //! Run: `WASMKEEP_WEED=/work/venv-sw/bin/weed cargo test --release -j2 -p wasmkeep-server --test cluster`
 //! (guests from scripts/build-guests). `WASMKEEP_S3_TESTS=skip` skips the
-//! SeaweedFS ones loudly.
+//! SeaweedFS ones loudly. `WASMKEEP_TEST_NODE_LOG` sets the nodes' `RUST_LOG`
+//! (default `info`).
 
 mod client;
 mod runner;
@@ -13,6 +14,7 @@ mod bucket_loss;
 mod calls;
 mod drain;
 mod failover;
+mod moves;
 mod node_list;
 mod requests;
 mod signing;
@@ -107,4 +109,22 @@ plain_and_tls!(
     #[ignore = "a measurement; run with --ignored --nocapture"]
     measure_drain_time => crate::drain::measure_drain_time,
     crate::BucketKind::SeaweedFs
+);
+plain_and_tls!(
+    resident_actor_moves_under_load => crate::moves::resident_actor_moves_under_load,
+    crate::BucketKind::SeaweedFs
+);
+plain_and_tls!(
+    moves_that_cannot_happen_now_wait_and_nobody_held_actors_are_taken => crate::moves::moves_that_cannot_happen_now_wait_and_nobody_held_actors_are_taken,
+    crate::BucketKind::Folder
+);
+plain_and_tls!(
+    #[ignore = "a measurement; run with --ignored --nocapture"]
+    measure_move_time => crate::moves::measure_move_time,
+    crate::BucketKind::SeaweedFs
+);
+plain_and_tls!(
+    #[ignore = "a measurement; run with --ignored --nocapture"]
+    measure_move_time_on_a_folder_bucket => crate::moves::measure_move_time,
+    crate::BucketKind::Folder
 );

@@ -62,6 +62,9 @@ pub struct ClusterOptions {
     pub classes: Vec<(String, String)>,
     /// More flags for every node.
     pub extra_args: Vec<String>,
+    /// Nodes started without `--cluster-key-file`: they run alone and do not
+    /// advertise `take` (heartbeat line 11), like a node of an older release.
+    pub without_cluster_key: Vec<usize>,
 }
 
 impl ClusterOptions {
@@ -76,6 +79,7 @@ impl ClusterOptions {
             lease_ttl: Duration::from_secs(2),
             classes: vec![("counter".to_owned(), "counter".to_owned())],
             extra_args: Vec::new(),
+            without_cluster_key: Vec::new(),
         }
     }
 
@@ -301,9 +305,11 @@ impl Cluster {
             .arg("serve")
             .args(["--bucket", &self.bucket_url, "--app", APP])
             .args(["--node-id", &node.id])
-            .args(["--listen", &listen, "--advertise", &advertise])
-            .arg("--cluster-key-file")
-            .arg(&self.key_file)
+            .args(["--listen", &listen, "--advertise", &advertise]);
+        if !self.options.without_cluster_key.contains(&i) {
+            command.arg("--cluster-key-file").arg(&self.key_file);
+        }
+        command
             .args(["--heartbeat", &format_duration(self.options.heartbeat)])
             .args(["--lease-ttl", &format_duration(self.options.lease_ttl)])
             .arg("--data-dir")
@@ -329,7 +335,10 @@ impl Cluster {
         };
         command
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("WASMKEEP_TEST_NODE_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .current_dir(&self.dir_path)
             .stdin(Stdio::null())
             .stdout(open(&node.stdout)?)

@@ -154,9 +154,10 @@ impl handler::Guest for KitchenSink {
                 None => text(404, "no tag"),
             },
             "/call" => {
+                // `path` picks the callee's route (default `/inner?x=1`).
                 let inner = Request {
                     method: "POST".into(),
-                    path: "/inner?x=1".into(),
+                    path: param(path, "path").unwrap_or("/inner?x=1").into(),
                     headers: vec![("x-from".into(), "kitchen-sink".into())],
                     body: request.body.clone(),
                 };

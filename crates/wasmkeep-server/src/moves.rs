@@ -1,0 +1,720 @@
+//! Moving one actor to a named node (ADR 0017): a drain of one actor, plus a
+//! take call sent only to nodes that advertise `take` (heartbeat line 11).
+//!
+//! - [`Moves`]: the moves under way (actor → target, deadline, attempt
+//!   token), kept in the node and not in the actor's stub, so a stub that was
+//!   hibernated or rebuilt still forwards to the target instead of claiming
+//!   the actor back. `ensure_owner` honours it as it honours a drain.
+//! - [`check`]: once per heartbeat period, the pass over the move keys: the
+//!   owner of a resident actor moves it ([`run_move`]); the target of an
+//!   actor nobody holds takes it ([`take_here`]).
+//! - [`receive_take`]: the take job at the target, answering the take call.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use wasmkeep_bucket::ObjectMeta;
+use wasmkeep_cluster::planted;
+use wasmkeep_transport::PeerCall;
+use wasmkeep_types::heartbeat::{CAPABILITY_TAKE, DrainState};
+use wasmkeep_types::{ActorId, NodeId, TenantName};
+
+use crate::cluster::{self, MARKER_TAKE};
+use crate::mailbox::{CLOSE_SERVICE_RESTART, Job};
+use crate::node::{Node, Owner, Stub};
+use crate::{Error, Result};
+
+/// Response header of a take refused because another node holds the actor.
+pub const HEADER_HOLDER: &str = "x-wasmkeep-holder";
+/// First line of a take call's (signed) body; the second is the tenant.
+pub const TAKE_BODY_VERSION: &str = "wasmkeep-take 1";
+/// A move that has no outcome this long after it started is given up.
+pub const MOVE_DEADLINE: Duration = Duration::from_secs(30);
+/// Move keys older than this are deleted unread.
+pub const MOVE_KEY_AGE_MAX: Duration = Duration::from_secs(5 * 60);
+/// Moves one node runs at once, each in its own task.
+pub const MOVES_AT_ONCE_MAX: usize = 16;
+/// How long a moving actor's sockets get to close before the move is called Busy.
+const SOCKET_CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// How often the socket wait looks again.
+const SOCKET_CLOSE_POLL: Duration = Duration::from_millis(10);
+/// The take call's time limit (a restore can take a few seconds).
+const TAKE_TIME_MAX: Duration = Duration::from_secs(10);
+/// Move keys for a target that is not ready are logged at most this often.
+const WAITING_LOG_PERIOD: Duration = Duration::from_secs(30);
+
+/// The body of a take call.
+pub fn take_body(tenant: &TenantName) -> String {
+    format!("{TAKE_BODY_VERSION}\n{tenant}\n")
+}
+
+/// Reads a take call's body: its version line and the tenant.
+pub fn parse_take_body(body: &[u8]) -> std::result::Result<TenantName, String> {
+    let text = std::str::from_utf8(body).map_err(|_| "the take body is not UTF-8".to_owned())?;
+    let mut lines = text.lines();
+    match lines.next() {
+        Some(TAKE_BODY_VERSION) => {}
+        other => {
+            return Err(format!(
+                "the take body starts with {other:?}, not {TAKE_BODY_VERSION:?}"
+            ));
+        }
+    }
+    let tenant = lines
+        .next()
+        .ok_or_else(|| "the take body names no tenant".to_owned())?;
+    if lines.any(|l| !l.is_empty()) {
+        return Err("the take body has more than two lines".into());
+    }
+    TenantName::new(tenant.to_owned()).map_err(|e| e.to_string())
+}
+
+/// What a node call (a hand-off or a take) answers; never a guest's response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAnswer {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+impl NodeAnswer {
+    pub fn new(status: u16, body: impl Into<String>) -> Self {
+        let mut body = body.into();
+        body.push('\n');
+        Self {
+            status,
+            headers: Vec::new(),
+            body,
+        }
+    }
+}
+
+/// What the move job in the actor's mailbox reports.
+#[derive(Debug)]
+pub(crate) enum MoveOutcome {
+    /// Handed over and released; the committed alarm it had.
+    Released { alarm: Option<i64> },
+    /// Kept: a socket is open (or the alarm could not be read).
+    Busy(&'static str),
+    /// Handed over, but the ownership record could not be released within
+    /// one lease TTL: it expires with this node's lease.
+    ReleaseFailed,
+    /// This attempt was given up before the job ran.
+    Abandoned,
+}
+
+pub(crate) type MoveReply = oneshot::Sender<MoveOutcome>;
+
+/// One move under way.
+#[derive(Debug, Clone)]
+struct Entry {
+    target: NodeId,
+    deadline: Instant,
+    token: u64,
+}
+
+/// The moves under way on this node.
+#[derive(Debug, Default)]
+pub struct Moves {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<ActorId, Entry>,
+    next_token: u64,
+    /// Actors with a move or take task running (owner or target side).
+    running: HashSet<ActorId>,
+    /// Move keys naming this node whose actor nobody held at the last pass.
+    free_last_pass: HashSet<String>,
+    waiting_logged: HashMap<String, Instant>,
+}
+
+impl Moves {
+    /// The target of the actor's move under way, if any: `ensure_owner`
+    /// sends the actor there instead of claiming it.
+    pub fn target(&self, actor: &ActorId) -> Option<NodeId> {
+        let mut state = self.state.lock();
+        let entry = state.entries.get(actor)?;
+        if Instant::now() >= entry.deadline {
+            state.entries.remove(actor);
+            return None;
+        }
+        Some(entry.target.clone())
+    }
+
+    /// Moves under way (entries, not yet ended).
+    pub fn len(&self) -> usize {
+        self.state.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn begin(&self, actor: &ActorId, target: &NodeId) -> u64 {
+        let mut state = self.state.lock();
+        state.next_token += 1;
+        let token = state.next_token;
+        state.entries.insert(
+            actor.clone(),
+            Entry {
+                target: target.clone(),
+                deadline: Instant::now() + MOVE_DEADLINE,
+                token,
+            },
+        );
+        token
+    }
+
+    /// Whether `token` is the attempt under way for `actor`.
+    pub(crate) fn is_current(&self, actor: &ActorId, token: u64) -> bool {
+        self.state
+            .lock()
+            .entries
+            .get(actor)
+            .is_some_and(|e| e.token == token && Instant::now() < e.deadline)
+    }
+
+    /// Ends the attempt `token` (if it is still the current one).
+    fn end(&self, actor: &ActorId, token: u64) {
+        let mut state = self.state.lock();
+        if state.entries.get(actor).is_some_and(|e| e.token == token) {
+            state.entries.remove(actor);
+        }
+    }
+
+    /// Drops the actor's move entry whatever its attempt (the planted bug).
+    pub(crate) fn forget(&self, actor: &ActorId) {
+        self.state.lock().entries.remove(actor);
+    }
+
+    /// Claims a task slot for `actor`: false when one runs for it already
+    /// or [`MOVES_AT_ONCE_MAX`] run.
+    fn start_task(&self, actor: &ActorId) -> bool {
+        let mut state = self.state.lock();
+        if state.running.len() >= MOVES_AT_ONCE_MAX || state.running.contains(actor) {
+            return false;
+        }
+        state.running.insert(actor.clone())
+    }
+
+    fn finish_task(&self, actor: &ActorId) {
+        self.state.lock().running.remove(actor);
+    }
+
+    /// True at most once per [`WAITING_LOG_PERIOD`] for `what`.
+    fn should_log(&self, what: &str) -> bool {
+        let mut state = self.state.lock();
+        let now = Instant::now();
+        match state.waiting_logged.get(what) {
+            Some(at) if now.duration_since(*at) < WAITING_LOG_PERIOD => false,
+            _ => {
+                state.waiting_logged.insert(what.to_owned(), now);
+                true
+            }
+        }
+    }
+}
+
+/// A move key as listed.
+#[derive(Debug, Clone)]
+struct MoveKey {
+    key: String,
+    actor: ActorId,
+    target: NodeId,
+    modified: SystemTime,
+}
+
+/// Once per heartbeat period: reads the move keys and acts on those this
+/// node is concerned with. A draining node does not act: its drain moves
+/// every actor already.
+pub async fn check(node: &Arc<Node>) {
+    if node.drain.state() != DrainState::None || node.is_shutting_down() {
+        return;
+    }
+    let listed = match node.bucket.list(&node.keys.moves_prefix()).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing the move keys failed");
+            return;
+        }
+    };
+    let mut waiting = 0;
+    let mut free = HashSet::new();
+    for key in newest_per_actor(node, listed).await {
+        if act_on(node, key, &mut free).await == Acted::Waiting {
+            waiting += 1;
+        }
+    }
+    node.moves.state.lock().free_last_pass = free;
+    node.metrics.moves_waiting.store(waiting, Ordering::Relaxed);
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Acted {
+    Nothing,
+    /// The actor is resident here, but its target cannot take it now.
+    Waiting,
+}
+
+/// Parses the listing: malformed keys and keys older than
+/// [`MOVE_KEY_AGE_MAX`] are deleted; of several keys for one actor the
+/// newest counts and the others are deleted. Keys of classes this node does
+/// not serve are left to the nodes that do.
+async fn newest_per_actor(node: &Node, listed: Vec<ObjectMeta>) -> Vec<MoveKey> {
+    let now_ms = node.clock.wall_ms();
+    let mut newest: HashMap<ActorId, MoveKey> = HashMap::new();
+    for meta in listed {
+        let (actor, target) = match node.keys.parse_move_key(&meta.key) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                tracing::warn!(key = %meta.key, error = %e, "a move key does not parse; deleting it");
+                delete_key(node, &meta.key).await;
+                continue;
+            }
+        };
+        let modified_ms = meta
+            .last_modified
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let age_ms = now_ms.saturating_sub(modified_ms);
+        if age_ms > i64::try_from(MOVE_KEY_AGE_MAX.as_millis()).unwrap_or(i64::MAX) {
+            tracing::info!(%actor, %target, age_s = age_ms / 1000, "a move key expired; deleting it");
+            delete_key(node, &meta.key).await;
+            continue;
+        }
+        if !node.config.serves_class(&actor.class) {
+            continue;
+        }
+        let key = MoveKey {
+            key: meta.key,
+            actor: actor.clone(),
+            target,
+            modified: meta.last_modified,
+        };
+        match newest.remove(&actor) {
+            None => {
+                newest.insert(actor, key);
+            }
+            Some(other) => {
+                let (keep, drop) = if key.modified >= other.modified {
+                    (key, other)
+                } else {
+                    (other, key)
+                };
+                tracing::info!(%actor, kept = %keep.target, dropped = %drop.target, "two move keys for one actor; the newest counts");
+                delete_key(node, &drop.key).await;
+                newest.insert(actor, keep);
+            }
+        }
+    }
+    newest.into_values().collect()
+}
+
+async fn delete_key(node: &Node, key: &str) {
+    match node.bucket.delete(key).await {
+        Ok(()) | Err(wasmkeep_bucket::Error::NotFound { .. }) => {}
+        Err(e) => {
+            tracing::warn!(%key, error = %e, "deleting a move key failed; the next pass tries again")
+        }
+    }
+}
+
+/// One key: the owner moves a resident actor; the target takes an actor
+/// nobody holds; anyone else leaves it alone.
+///
+/// The target takes only an actor it found free at two passes in a row: an
+/// owner moving the actor releases it a moment before its take call, and the
+/// target should not race that call with a take of its own.
+async fn act_on(node: &Arc<Node>, key: MoveKey, free: &mut HashSet<String>) -> Acted {
+    let actor = &key.actor;
+    if let Some(stub) = node.live_stub(actor) {
+        if !node.lease.is_valid() {
+            return Acted::Nothing;
+        }
+        if key.target == node.node_id {
+            tracing::info!(%actor, "move to the node that holds the actor: nothing to do");
+            delete_key(node, &key.key).await;
+            return Acted::Nothing;
+        }
+        let Some(url) = target_url(node, &key) else {
+            return Acted::Waiting;
+        };
+        if node.moves.start_task(actor) {
+            let node = Arc::clone(node);
+            tokio::spawn(async move {
+                let actor = key.actor.clone();
+                run_move(&node, &stub, &key, &url).await;
+                node.moves.finish_task(&actor);
+            });
+        }
+        return Acted::Nothing;
+    }
+    if key.target != node.node_id {
+        return Acted::Nothing;
+    }
+    // Named as the target of an actor that is not resident here.
+    match node.ownership.holder(actor).await {
+        Ok(Some(holder)) if holder != node.node_id => {
+            // Its owner acts on the key.
+        }
+        Ok(_) => {
+            let seen_before = node.moves.state.lock().free_last_pass.contains(&key.key);
+            if !seen_before {
+                free.insert(key.key.clone());
+                return Acted::Nothing;
+            }
+            if node.moves.start_task(actor) {
+                let node = Arc::clone(node);
+                tokio::spawn(async move {
+                    take_here(&node, &key).await;
+                    node.moves.finish_task(&key.actor);
+                });
+            }
+        }
+        Err(e) => {
+            tracing::warn!(%actor, error = %e, "reading the ownership record for a move failed; next pass");
+        }
+    }
+    Acted::Nothing
+}
+
+/// The target's advertised URL when it may receive the actor now: another
+/// node, an eligible peer, advertising `take`. Otherwise `None` (the key
+/// stays for a later pass: a target may be starting or briefly suspect).
+fn target_url(node: &Node, key: &MoveKey) -> Option<String> {
+    let eligible = node
+        .peers
+        .eligible(&key.actor.class)
+        .into_iter()
+        .find(|p| p.heartbeat.node == key.target);
+    let why = match &eligible {
+        Some(peer) if peer.heartbeat.has_capability(CAPABILITY_TAKE) => {
+            return Some(peer.heartbeat.advertise.clone());
+        }
+        Some(_) => "it does not advertise take (heartbeat line 11)",
+        None => match node.peers.get(&key.target) {
+            None => "no heartbeat of it is known",
+            Some(p) if !p.live => "its lease is not valid",
+            Some(p) if p.heartbeat.app != node.config.app => "it serves another app",
+            Some(p) if p.heartbeat.drain != DrainState::None => "it drains",
+            Some(p) if p.suspect => "it is suspect (a call to it failed recently)",
+            Some(_) => "it is not serving the class",
+        },
+    };
+    if node.moves.should_log(&key.key) {
+        tracing::warn!(actor = %key.actor, target = %key.target, reason = why, "move waits: the target cannot take the actor now (logged at most every 30 s)");
+    }
+    None
+}
+
+/// The owner's move of one resident actor, bounded by [`MOVE_DEADLINE`].
+async fn run_move(node: &Arc<Node>, stub: &Arc<Stub>, key: &MoveKey, url: &str) {
+    let actor = &key.actor;
+    let started = Instant::now();
+    let token = node.moves.begin(actor, &key.target);
+    node.metrics.moves_started.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(%actor, target = %key.target, "moving the actor");
+    match tokio::time::timeout(MOVE_DEADLINE, attempt(node, stub, key, url, token, started)).await {
+        Ok(Attempt::Done) => {
+            tracing::info!(%actor, target = %key.target, elapsed = ?started.elapsed(), "moved");
+        }
+        Ok(Attempt::Dropped(why)) => {
+            tracing::info!(%actor, target = %key.target, reason = %why, "move dropped");
+        }
+        Ok(Attempt::Later(why)) => {
+            node.metrics.moves_retried.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%actor, target = %key.target, reason = %why, "move not done; tried again at a later pass");
+        }
+        Err(_) => {
+            node.metrics.moves_retried.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%actor, target = %key.target, "move had no outcome within 30 s; given up for this pass");
+            // The stub hibernates: its next event claims the actor as usual.
+            if node.is_live(stub) {
+                let _ = stub.tx.try_send(Job::Hibernate);
+            }
+        }
+    }
+    node.moves.end(actor, token);
+}
+
+enum Attempt {
+    /// The target holds the actor; the key is deleted.
+    Done,
+    /// Another node claimed it first; the key is deleted.
+    Dropped(String),
+    /// Not now; the key stays.
+    Later(String),
+}
+
+async fn attempt(
+    node: &Arc<Node>,
+    stub: &Arc<Stub>,
+    key: &MoveKey,
+    url: &str,
+    token: u64,
+    started: Instant,
+) -> Attempt {
+    let actor = &key.actor;
+    // Sockets close first (1012: reconnect), as a drain does; while the move
+    // is pending, upgrades for the actor are relayed to the target.
+    close_sockets(node, stub);
+    let wait_until = Instant::now() + SOCKET_CLOSE_WAIT;
+    while stub.open_sockets() > 0 && Instant::now() < wait_until {
+        tokio::time::sleep(SOCKET_CLOSE_POLL).await;
+    }
+    let (reply_tx, reply_rx) = oneshot::channel();
+    if stub
+        .tx
+        .send(Job::Move {
+            token,
+            reply: reply_tx,
+        })
+        .await
+        .is_err()
+    {
+        return Attempt::Later("the actor left this node before the move job was queued".into());
+    }
+    let outcome = match reply_rx.await {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            return Attempt::Later("the actor's mailbox stopped before the move job ran".into());
+        }
+    };
+    let handed_over = started.elapsed();
+    let alarm = match outcome {
+        MoveOutcome::Released { alarm } => alarm,
+        MoveOutcome::Busy(why) => return Attempt::Later(why.into()),
+        MoveOutcome::ReleaseFailed => {
+            return Attempt::Later(
+                "the ownership record was not released; it expires with this node's lease".into(),
+            );
+        }
+        MoveOutcome::Abandoned => return Attempt::Later("the attempt was abandoned".into()),
+    };
+    if planted::forget_alarm_before_take()
+        && let Some(at_ms) = alarm
+    {
+        node.timer.clear_if(actor, at_ms);
+    }
+    let taken = send_take(node, actor, &key.target, url).await;
+    tracing::debug!(%actor, ?handed_over, take = ?started.elapsed().saturating_sub(handed_over), "move: take answered");
+    match taken {
+        Ok(TakeReply::Taken) => finish(node, key, alarm, started).await,
+        Ok(TakeReply::HeldBy(holder)) if holder == key.target => {
+            finish(node, key, alarm, started).await
+        }
+        Ok(TakeReply::HeldBy(holder)) => {
+            delete_key(node, &key.key).await;
+            Attempt::Dropped(format!("node {holder} claimed the actor first"))
+        }
+        Ok(TakeReply::Refused { status, reason }) => {
+            Attempt::Later(format!("the target answered {status}: {reason}"))
+        }
+        Err(e) => Attempt::Later(format!("the take call failed: {e}")),
+    }
+}
+
+/// A successful take: the alarm registration this node kept for the actor
+/// goes (only that one), the key is deleted, events go to the target.
+async fn finish(node: &Node, key: &MoveKey, alarm: Option<i64>, started: Instant) -> Attempt {
+    node.metrics.moves_done.fetch_add(1, Ordering::Relaxed);
+    node.metrics.move_latency.observe(started.elapsed());
+    if let Some(at_ms) = alarm {
+        node.timer.clear_if(&key.actor, at_ms);
+    }
+    node.hints.learn(&key.actor, &key.target);
+    delete_key(node, &key.key).await;
+    Attempt::Done
+}
+
+/// Asks each open socket of the actor to close with 1012; the socket tasks
+/// run each close event in the mailbox.
+fn close_sockets(node: &Node, stub: &Stub) {
+    let sockets = stub.sockets.lock();
+    for entry in sockets.sockets.values() {
+        let _ = entry.tx.try_send(crate::host::Outgoing::Close(
+            CLOSE_SERVICE_RESTART,
+            "actor moving to another node".into(),
+        ));
+    }
+    if !sockets.sockets.is_empty() {
+        tracing::debug!(actor = %stub.id, sockets = sockets.sockets.len(), node = %node.node_id, "closing sockets for a move");
+    }
+}
+
+/// What the target answered.
+#[derive(Debug)]
+enum TakeReply {
+    Taken,
+    HeldBy(NodeId),
+    Refused { status: u16, reason: String },
+}
+
+/// The take call: signed, with the take marker, to the actor's path.
+async fn send_take(
+    node: &Arc<Node>,
+    actor: &ActorId,
+    target: &NodeId,
+    url: &str,
+) -> Result<TakeReply> {
+    let client = node.peer_client.as_ref().ok_or_else(|| {
+        Error::unavailable("this node has no cluster key: it cannot send a take call")
+    })?;
+    let call = PeerCall {
+        method: http::Method::POST,
+        path: format!("{}/", cluster::actor_path(actor)),
+        query: String::new(),
+        headers: Vec::new(),
+        markers: vec![(MARKER_TAKE.to_owned(), "1".to_owned())],
+        body: Bytes::from(take_body(&actor.tenant)),
+        timeout: TAKE_TIME_MAX,
+    };
+    let response = match client.send(url, call).await {
+        Ok(response) => response,
+        Err(e) => return Err(cluster::peer_failed(node, actor, target, &e.to_string())),
+    };
+    let status = response.status().as_u16();
+    let holder = response
+        .headers()
+        .get(HEADER_HOLDER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| NodeId::new(v.to_owned()).ok());
+    let body =
+        http_body_util::BodyExt::collect(http_body_util::Limited::new(response.into_body(), 4096))
+            .await
+            .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_owned())
+            .unwrap_or_default();
+    Ok(match (status, holder) {
+        (200, _) => TakeReply::Taken,
+        (409, Some(holder)) => TakeReply::HeldBy(holder),
+        (status, _) => TakeReply::Refused {
+            status,
+            reason: body,
+        },
+    })
+}
+
+/// The target acts: takes an actor nobody holds that a key moves here.
+async fn take_here(node: &Arc<Node>, key: &MoveKey) {
+    let actor = &key.actor;
+    let answer = take(node, actor, &actor.tenant).await;
+    match answer.status {
+        200 => {
+            tracing::info!(%actor, "took an actor nobody held (move key)");
+            node.metrics.moves_done.fetch_add(1, Ordering::Relaxed);
+            delete_key(node, &key.key).await;
+        }
+        404 => {
+            tracing::warn!(%actor, reason = %answer.body.trim(), "move key for an actor that does not exist; deleting it");
+            delete_key(node, &key.key).await;
+        }
+        status => {
+            tracing::info!(%actor, status, reason = %answer.body.trim(), "could not take the actor now; next pass");
+        }
+    }
+}
+
+/// The receiving side of a take call (its tenant from the signed body).
+pub async fn receive_take(node: &Arc<Node>, actor: &ActorId, body: &[u8]) -> NodeAnswer {
+    match parse_take_body(body) {
+        Ok(tenant) => take(node, actor, &tenant).await,
+        Err(e) => NodeAnswer::new(400, e),
+    }
+}
+
+/// The take job: refuse without acquiring when this node cannot take the
+/// actor; forget any learned owner; 404 for an actor that does not exist;
+/// acquire and restore (no guest event runs); arm the committed alarm.
+pub async fn take(node: &Arc<Node>, actor: &ActorId, tenant: &TenantName) -> NodeAnswer {
+    if node.drain.state() != DrainState::None {
+        return NodeAnswer::new(503, "this node drains");
+    }
+    if node.is_shutting_down() {
+        return NodeAnswer::new(503, "this node is stopping");
+    }
+    if !node.secrets.can_open() {
+        return NodeAnswer::new(503, "this node cannot open the app's secrets");
+    }
+    if tenant != &actor.tenant {
+        return NodeAnswer::new(
+            403,
+            format!("the take names tenant {tenant}, not the actor's"),
+        );
+    }
+    if node.class(&actor.class).is_err() {
+        return NodeAnswer::new(
+            404,
+            format!("this node does not serve class {}", actor.class),
+        );
+    }
+    // A hint left from forwarding to the old owner must not answer for the bucket.
+    node.hints.forget(actor);
+    if node.live_stub(actor).is_none() {
+        match exists(node, actor).await {
+            Ok(true) => {}
+            Ok(false) => return NodeAnswer::new(404, format!("actor {actor} does not exist")),
+            Err(e) => return NodeAnswer::new(503, format!("the bucket did not answer: {e}")),
+        }
+    }
+    match node.ensure_owner(actor).await {
+        Ok(Owner::Local(_)) => NodeAnswer::new(200, "taken"),
+        Ok(Owner::Elsewhere { peer, .. }) => {
+            let mut answer = NodeAnswer::new(409, format!("node {peer} holds the actor"));
+            answer.headers.push((HEADER_HOLDER, peer.to_string()));
+            answer
+        }
+        Err(Error::UnknownClass(class)) => {
+            NodeAnswer::new(404, format!("this node does not serve class {class}"))
+        }
+        Err(Error::HeldElsewhere { node: peer }) => {
+            let mut answer = NodeAnswer::new(409, format!("node {peer} holds the actor"));
+            answer.headers.push((HEADER_HOLDER, peer.to_string()));
+            answer
+        }
+        Err(e) => NodeAnswer::new(503, e.to_string()),
+    }
+}
+
+/// An actor exists when it has data or an ownership record in the bucket.
+async fn exists(node: &Node, actor: &ActorId) -> Result<bool> {
+    if wasmkeep_store::ActorStore::exists(&*node.bucket, &node.keys, actor)
+        .await
+        .map_err(|e| Error::Store(e.to_string()))?
+    {
+        return Ok(true);
+    }
+    Ok(node.ownership.read(actor).await?.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn take_bodies_round_trip_and_refuse_anything_else() {
+        let tenant = TenantName::new("acme").expect("valid");
+        let body = take_body(&tenant);
+        assert_eq!(body, "wasmkeep-take 1\nacme\n");
+        assert_eq!(parse_take_body(body.as_bytes()), Ok(tenant));
+        for bad in [
+            "",
+            "wasmkeep-take 2\nacme\n",
+            "wasmkeep-take 1\n",
+            "wasmkeep-take 1\nACME\n",
+            "wasmkeep-take 1\nacme\nmore\n",
+            "POST /acme/counter/a\n",
+        ] {
+            assert!(parse_take_body(bad.as_bytes()).is_err(), "{bad:?} parsed");
+        }
+        assert!(parse_take_body(&[0xff, 0xfe]).is_err());
+    }
+}
