@@ -3,7 +3,8 @@
 //! the process's anonymous RSS per store.
 //!
 //! `cargo run --release -p wasmkeep-store --example memory [N]`
-//! (`EMPTY=1`: open the stores without running the event).
+//! (`EMPTY=1`: open the stores without running the event; `PARK=1`: park
+//! each store after its event, then time one event on every parked store).
 
 use std::sync::Arc;
 
@@ -67,9 +68,26 @@ async fn main() -> anyhow::Result<()> {
             )
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         store.commit_event()?.await?;
+        if std::env::var_os("PARK").is_some() {
+            store.park();
+        }
         stores.push(store);
     }
     let after = rss_anon_kib();
+    if std::env::var_os("PARK").is_some() {
+        let started = std::time::Instant::now();
+        for store in &mut stores {
+            store
+                .query("SELECT n FROM counter WHERE id = 1", &[])
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            store.commit_event()?.await?;
+            store.park();
+        }
+        println!(
+            "an event on a parked store (reopen + read + park): {:.1} µs",
+            started.elapsed().as_secs_f64() * 1e6 / n as f64
+        );
+    }
     // SAFETY: reads SQLite's global allocation counter.
     let sqlite_bytes = unsafe { rusqlite::ffi::sqlite3_memory_used() };
     println!(

@@ -220,3 +220,41 @@ async fn a_result_larger_than_the_limit_is_an_error() {
     assert!(err.message.contains("query_bytes_max"), "{err}");
     s.rollback_event();
 }
+
+#[tokio::test]
+async fn a_parked_store_opens_its_connection_again_with_every_row_and_the_alarm() {
+    let bucket = Probe::new();
+    let a = actor("parked");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)", "INSERT INTO t VALUES (1)"])
+        .await
+        .unwrap();
+    s.begin_event().unwrap();
+    s.set_alarm(Some(42)).unwrap();
+    s.commit_event().unwrap().await.unwrap();
+
+    // Inside an event, parking does nothing: the transaction stays open.
+    s.begin_event().unwrap();
+    s.execute("INSERT INTO t VALUES (2)", &[]).unwrap();
+    s.park();
+    assert!(!s.is_parked(), "parked inside an event");
+    s.commit_event().unwrap().await.unwrap();
+
+    s.park();
+    assert!(s.is_parked());
+    let puts = bucket.puts();
+    let rows = s.query("SELECT sum(x) FROM t", &[]).unwrap();
+    s.commit_event().unwrap().await.unwrap();
+    assert!(!s.is_parked(), "the event opened the connection again");
+    assert_eq!(rows.rows, vec![vec![SqlValue::Integer(3)]]);
+    assert_eq!(s.alarm(), Some(42));
+    assert_eq!(bucket.puts(), puts, "parking and reopening wrote nothing");
+
+    // A write after parking is durable like any other.
+    s.park();
+    event(&mut s, &["INSERT INTO t VALUES (4)"]).await.unwrap();
+    drop(s);
+    let mut again = open(&bucket, &a, "n1").await;
+    let rows = again.query("SELECT sum(x) FROM t", &[]).unwrap();
+    assert_eq!(rows.rows, vec![vec![SqlValue::Integer(7)]]);
+}
