@@ -113,6 +113,8 @@ enum WriteOp {
     PutIfAbsent(Bytes),
     PutIfMatch(Bytes, Etag),
     Delete,
+    /// A delete that need not survive a crash: the folder is not synced.
+    DeleteNotDurable,
     DeleteIfMatch(Etag),
 }
 
@@ -337,6 +339,10 @@ impl Bucket for FolderBucket {
         self.write(key, WriteOp::Delete).await.map(drop)
     }
 
+    async fn delete_not_durable(&self, key: &str) -> Result<()> {
+        self.write(key, WriteOp::DeleteNotDurable).await.map(drop)
+    }
+
     async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
         self.write(key, WriteOp::DeleteIfMatch(etag.clone()))
             .await
@@ -476,7 +482,7 @@ struct Committer {
 enum Plan {
     Answered(Result<Option<ObjectMeta>>),
     Write { temp: PathBuf, meta: ObjectMeta },
-    Remove { existed: bool },
+    Remove { existed: bool, durable: bool },
 }
 
 fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
@@ -640,10 +646,11 @@ impl Committer {
                 b
             }
             (WriteOp::DeleteIfMatch(want), Some(have)) if want != have => return conflict(),
-            (WriteOp::Delete | WriteOp::DeleteIfMatch(_), _) => {
+            (WriteOp::Delete | WriteOp::DeleteIfMatch(_) | WriteOp::DeleteNotDurable, _) => {
                 overlay.insert(key.to_owned(), None);
                 return Ok(Plan::Remove {
                     existed: current.is_some(),
+                    durable: !matches!(request.op, WriteOp::DeleteNotDurable),
                 });
             }
         };
@@ -721,7 +728,7 @@ impl Committer {
                     }
                     moved.map(|()| Some(meta))
                 }
-                Plan::Remove { existed } => {
+                Plan::Remove { existed, durable } => {
                     let removed = if existed {
                         match fs::remove_file(&target) {
                             Ok(()) => Ok(None),
@@ -732,7 +739,10 @@ impl Committer {
                         Ok(None)
                     };
                     applied.push(existed && removed.is_ok());
-                    if existed && let Some(parent) = target.parent() {
+                    if existed
+                        && durable
+                        && let Some(parent) = target.parent()
+                    {
                         touched_dirs.insert(parent.to_path_buf());
                     }
                     removed

@@ -141,6 +141,15 @@ pub trait Bucket: Send + Sync + fmt::Debug + 'static {
     /// Deletes the object; deleting a missing key is not an error.
     async fn delete(&self, key: &str) -> Result<()>;
 
+    /// Deletes an object whose removal need not survive a crash: after one,
+    /// the object may exist again (the store's compaction deletes records a
+    /// durable snapshot covers; one that comes back is ignored). Backends
+    /// where every delete is durable anyway just delete; the folder bucket
+    /// skips the folder sync. Wrappers must forward it.
+    async fn delete_not_durable(&self, key: &str) -> Result<()> {
+        self.delete(key).await
+    }
+
     /// Deletes the object only if its etag is still `etag`. Backends without
     /// conditional deletes return `Unsupported`; callers then fall back to
     /// writing a "released" body with `put_if_match`.

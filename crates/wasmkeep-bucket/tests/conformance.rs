@@ -174,6 +174,14 @@ mod cases {
             .put_if_absent(&key, Bytes::from_static(b"again"))
             .await
             .context("key reusable after delete")?;
+        // A delete that need not be durable removes the object just as well
+        // (only its survival of a crash is not promised); a missing key is fine.
+        f.bucket.delete_not_durable(&key).await?;
+        ensure!(matches!(
+            f.bucket.get(&key).await,
+            Err(Error::NotFound { .. })
+        ));
+        f.bucket.delete_not_durable(&key).await?;
         Ok(())
     }
 

@@ -71,6 +71,10 @@ impl Bucket for Counting {
         self.count();
         self.inner.delete(key).await
     }
+    async fn delete_not_durable(&self, key: &str) -> wasmkeep_bucket::Result<()> {
+        self.count();
+        self.inner.delete_not_durable(key).await
+    }
     async fn delete_if_match(&self, key: &str, etag: &Etag) -> wasmkeep_bucket::Result<()> {
         self.count();
         self.inner.delete_if_match(key, etag).await

@@ -4,10 +4,11 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
-use wasmkeep_bucket::{Bucket, Fault};
+use wasmkeep_bucket::{Bucket, Fault, MemoryBucket};
 use wasmkeep_store::{ActorStore, Error, SqlValue, StoreConfig};
 
 use common::*;
@@ -150,6 +151,45 @@ async fn group_commit_puts_events_committed_during_a_write_into_one_record() {
     drop(s);
     let mut s = open(&bucket, &a, "n2").await;
     assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 33);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_next_record_lingers_for_the_writers_the_last_one_released() {
+    // A bucket that takes 1 ms (virtual time) per request.
+    let memory = MemoryBucket::new();
+    memory
+        .faults()
+        .set_latency(Duration::from_millis(1), Duration::ZERO);
+    let bucket = Probe::over(memory);
+    let a = actor("linger");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    let log_prefix = keys().actor_log_prefix(&a);
+    let records_before = bucket.keys_under(&log_prefix).len();
+
+    // Eight closed-loop writers: writer 0's event goes out alone, the other
+    // seven are committed while it is in flight.
+    let first = event(&mut s, &["INSERT INTO t VALUES (0)"]);
+    // The flusher takes writer 0's record before the others commit.
+    bucket.log_puts_entered(records_before as u64 + 1).await;
+    let mut waiting: Vec<_> = (1..8)
+        .map(|i| event(&mut s, &[&format!("INSERT INTO t VALUES ({i})")]))
+        .collect();
+    first.await.unwrap();
+    // Writer 0 got its answer and sends its next event at once: it joins the
+    // seven in the next record instead of starting a record of its own after.
+    waiting.push(event(&mut s, &["INSERT INTO t VALUES (8)"]));
+    for gate in waiting {
+        gate.await.unwrap();
+    }
+    assert_eq!(
+        bucket.keys_under(&log_prefix).len() - records_before,
+        2,
+        "eight writers in two records (1, then 7 + the one that came back)"
+    );
+    event(&mut s, &["INSERT INTO t VALUES (9)"]).await.unwrap();
+    event(&mut s, &["INSERT INTO t VALUES (10)"]).await.unwrap();
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 11);
 }
 
 #[tokio::test]
