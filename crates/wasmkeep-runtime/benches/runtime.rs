@@ -159,9 +159,76 @@ async fn run() -> anyhow::Result<()> {
                 "/value",
             )
             .await?;
+            memory_per_instance(&bytes).await?;
         }
         None => println!("counter: target/wasm/counter.wasm not built; skipped"),
     }
+    Ok(())
+}
+
+/// Instances held at once by [`memory_per_instance`].
+const MEMORY_INSTANCES: usize = 1_000;
+
+unsafe extern "C" {
+    /// glibc: gives free heap memory back to the system.
+    fn malloc_trim(pad: usize) -> i32;
+}
+
+/// Anonymous resident memory of the process, KiB, after giving freed heap
+/// memory back (so that what is counted is what is held).
+fn rss_anon_kib() -> u64 {
+    // SAFETY: malloc_trim only releases free memory; no pointer is passed.
+    unsafe {
+        malloc_trim(0);
+    }
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("RssAnon:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// What a loaded instance that ran one event holds, and what is left after
+/// `unload` (the node unloads idle actors' instances).
+async fn memory_per_instance(bytes: &[u8]) -> anyhow::Result<()> {
+    let runtime = Runtime::new(RuntimeConfig {
+        instances_max: u32::try_from(MEMORY_INSTANCES)? + 8,
+        ..RuntimeConfig::default()
+    })?;
+    let component = runtime.load_component(bytes)?;
+    let before = rss_anon_kib();
+    let mut instances = Vec::with_capacity(MEMORY_INSTANCES);
+    for i in 0..MEMORY_INSTANCES {
+        let mut instance = component
+            .instantiate(
+                ActorId::parse(&format!("bench/mem/a{i}"))?,
+                Box::new(NoopHost),
+            )
+            .await?;
+        let request = Request {
+            method: "POST".into(),
+            path: "/increment".into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        instance.handle(request).await?;
+        instances.push(instance);
+    }
+    let loaded = rss_anon_kib();
+    for instance in &mut instances {
+        instance.unload();
+    }
+    let unloaded = rss_anon_kib();
+    let per = |kib: u64| kib as f64 / MEMORY_INSTANCES as f64;
+    println!(
+        "counter memory per instance after one event: {:.1} KiB loaded, {:.1} KiB after unload (anonymous RSS, {MEMORY_INSTANCES} instances)",
+        per(loaded.saturating_sub(before)),
+        per(unloaded.saturating_sub(before))
+    );
     Ok(())
 }
 

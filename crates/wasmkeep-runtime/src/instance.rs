@@ -2,8 +2,9 @@
 //! running of its events under the time and memory limits.
 //!
 //! After a guest fails an event (trap, time limit, memory limit) its instance
-//! is dropped at once, freeing its pool slot and memory; the host moves to a
-//! fresh store, and the next event instantiates the component again there.
+//! is dropped at once with its store, freeing its pool slot and memory; the
+//! host is parked, and the next event makes a fresh store and instantiates
+//! the component again there.
 
 use std::time::{Duration, Instant};
 
@@ -29,8 +30,12 @@ pub struct ActorInstance {
     component: ClassComponent,
     /// Set by [`ActorInstance::set_component`]; taken at the next event.
     next_component: Option<ClassComponent>,
-    /// Always `Some` between calls; taken only inside [`ActorInstance::renew`].
+    /// `None` while the instance is unloaded: then `parked` holds the host
+    /// and a store is made again by the next event. An empty store with its
+    /// WASI context costs ~20 KiB, so an unloaded actor keeps none.
     store: Option<Store<State>>,
+    /// The actor and its host while there is no store.
+    parked: Option<(ActorId, Box<dyn ActorHost>)>,
     /// `None` when the store holds no instance yet (after a failure or a
     /// version switch): the next event instantiates first.
     actor: Option<Actor>,
@@ -47,6 +52,7 @@ impl ActorInstance {
             component,
             next_component: None,
             store: Some(store),
+            parked: None,
             actor: None,
         };
         instance
@@ -58,7 +64,11 @@ impl ActorInstance {
 
     /// The node's per-actor host state.
     pub fn host(&mut self) -> &mut dyn ActorHost {
-        self.store_mut().data_mut().host.as_mut()
+        match (&mut self.store, &mut self.parked) {
+            (Some(store), _) => store.data_mut().host.as_mut(),
+            (None, Some((_, host))) => host.as_mut(),
+            (None, None) => unreachable!("an instance always has a store or a parked host"),
+        }
     }
 
     /// The component version events run on from the next event on.
@@ -71,9 +81,7 @@ impl ActorInstance {
     /// idle for a short while, because an idle instance holds tens of KiB of
     /// touched guest memory and re-instantiating costs about 14 µs.
     pub fn unload(&mut self) {
-        if self.actor.is_some() {
-            self.renew();
-        }
+        self.renew();
     }
 
     /// Whether a guest instance is live (false after [`ActorInstance::unload`]
@@ -144,10 +152,16 @@ impl ActorInstance {
         self.component.runtime().config.event_time_max + BACKSTOP_GRACE
     }
 
+    /// The store, made again from the parked host if the instance was unloaded.
     fn store_mut(&mut self) -> &mut Store<State> {
-        self.store
-            .as_mut()
-            .expect("the store is only absent inside renew")
+        if self.store.is_none() {
+            let (id, host) = self
+                .parked
+                .take()
+                .expect("an instance always has a store or a parked host");
+            self.store = Some(self.component.runtime().new_store(id, host));
+        }
+        self.store.as_mut().expect("made just above")
     }
 
     /// Readies the instance for an event: switches version if asked,
@@ -160,10 +174,7 @@ impl ActorInstance {
         if self.actor.is_none() {
             self.instantiate().await?;
         }
-        let store = self
-            .store
-            .as_mut()
-            .expect("the store is only absent inside renew");
+        let store = self.store.as_mut().expect("instantiate made the store");
         arm(store, self.component.runtime().config.event_time_max);
         let actor = self.actor.as_ref().expect("instantiated above");
         Ok((actor, store))
@@ -214,25 +225,23 @@ impl ActorInstance {
     }
 
     fn fail(&mut self, error: &EventError) {
-        let data = self
-            .store
-            .as_ref()
-            .expect("the store is only absent inside renew")
-            .data();
-        tracing::warn!(actor = %data.id, component = %self.component.digest(), %error, "guest event failed; the instance is dropped");
+        let actor = match (&self.store, &self.parked) {
+            (Some(store), _) => store.data().id.to_string(),
+            (None, Some((id, _))) => id.to_string(),
+            (None, None) => String::new(),
+        };
+        tracing::warn!(%actor, component = %self.component.digest(), %error, "guest event failed; the instance is dropped");
         self.renew();
     }
 
-    /// Drops the current instance (and its store, freeing its pool slot) and
-    /// moves the host into a fresh, empty store.
+    /// Drops the current instance and its store (freeing its pool slot) and
+    /// parks the host; the next event makes a fresh store.
     fn renew(&mut self) {
         self.actor = None;
-        let old = self
-            .store
-            .take()
-            .expect("the store is only absent inside renew");
-        let State { host, id, .. } = old.into_data();
-        self.store = Some(self.component.runtime().new_store(id, host));
+        if let Some(old) = self.store.take() {
+            let State { host, id, .. } = old.into_data();
+            self.parked = Some((id, host));
+        }
     }
 }
 
