@@ -32,6 +32,8 @@ pub struct SimBucket {
     truth: Arc<Mutex<Truth>>,
     rng: Mutex<StdRng>,
     reply_latency_max: Mutex<Duration>,
+    /// A paused process (a long GC pause): no request leaves it until then.
+    stalled_until: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for SimBucket {
@@ -59,6 +61,7 @@ impl SimBucket {
             truth,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             reply_latency_max: Mutex::new(Duration::ZERO),
+            stalled_until: Mutex::new(None),
         }
     }
 
@@ -71,10 +74,23 @@ impl SimBucket {
         *self.reply_latency_max.lock() = max;
     }
 
-    /// Removes every fault of this client, reply latency included.
+    /// Removes every fault of this client, reply latency and pause included.
     pub fn heal(&self) {
         self.inner.faults().clear();
         self.set_reply_latency_max(Duration::ZERO);
+        *self.stalled_until.lock() = None;
+    }
+
+    /// The process stalls until `until`: its requests wait for then.
+    pub fn stall_until(&self, until: tokio::time::Instant) {
+        *self.stalled_until.lock() = Some(until);
+    }
+
+    async fn before(&self) {
+        let until = *self.stalled_until.lock();
+        if let Some(until) = until {
+            tokio::time::sleep_until(until).await;
+        }
     }
 
     async fn reply<T>(&self, result: Result<T>) -> Result<T> {
@@ -105,6 +121,16 @@ impl SimBucket {
             truth.owner_applied(key, record);
         } else if created && key.contains("/log/") {
             truth.log_record_applied(key, &self.node);
+        } else if body.is_none()
+            && key.starts_with(&self.keys.moves_prefix())
+            && let Ok((actor, target)) = self.keys.parse_move_key(key)
+        {
+            truth.move_key_deleted(
+                &self.node,
+                &self.keys.owner(&actor),
+                &actor.to_string(),
+                target.as_str(),
+            );
         }
     }
 }
@@ -157,6 +183,22 @@ impl SimBucket {
         etag: Option<&Etag>,
         result: &Result<ObjectMeta>,
     ) {
+        if key.starts_with(&self.keys.nodes_prefix()) {
+            let heartbeat = std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|t| Heartbeat::parse(t).ok())
+                .map(|h| format!("{} gen {} drain {:?}", h.incarnation, h.generation, h.drain))
+                .unwrap_or_default();
+            let outcome = match result {
+                Ok(m) => format!("ok ({})", m.etag.0),
+                Err(e) => short(e),
+            };
+            self.truth.lock().log(
+                &self.node,
+                format!("write heartbeat {heartbeat}: {outcome}"),
+            );
+            return;
+        }
         if !key.starts_with(&self.keys.owners_prefix()) {
             return;
         }
@@ -207,17 +249,20 @@ impl SimBucket {
 #[async_trait]
 impl Bucket for SimBucket {
     async fn get(&self, key: &str) -> Result<Object> {
+        self.before().await;
         let result = self.inner.get(key).await;
         self.note_read(key, &result);
         self.reply(result).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.before().await;
         let result = self.inner.head(key).await;
         self.reply(result).await
     }
 
     async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.before().await;
         let result = self.inner.put_if_absent(key, bytes.clone()).await;
         self.note_owner_write(key, &bytes, None, &result);
         if self.did_apply(key, Some(&bytes), &result).await {
@@ -227,6 +272,7 @@ impl Bucket for SimBucket {
     }
 
     async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
+        self.before().await;
         let result = self.inner.put_if_match(key, bytes.clone(), etag).await;
         self.note_owner_write(key, &bytes, Some(etag), &result);
         if self.did_apply(key, Some(&bytes), &result).await {
@@ -236,7 +282,9 @@ impl Bucket for SimBucket {
     }
 
     async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.before().await;
         let result = self.inner.put(key, bytes.clone()).await;
+        self.note_owner_write(key, &bytes, None, &result);
         if self.did_apply(key, Some(&bytes), &result).await {
             self.applied(key, Some(&bytes), false);
         }
@@ -244,6 +292,7 @@ impl Bucket for SimBucket {
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
+        self.before().await;
         let result = self.inner.delete(key).await;
         if self.did_apply(key, None, &result).await {
             self.applied(key, None, false);
@@ -252,6 +301,7 @@ impl Bucket for SimBucket {
     }
 
     async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
+        self.before().await;
         let result = self.inner.delete_if_match(key, etag).await;
         if self.did_apply(key, None, &result).await {
             self.applied(key, None, false);
@@ -260,6 +310,7 @@ impl Bucket for SimBucket {
     }
 
     async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
+        self.before().await;
         let result = self.inner.list_page(prefix, start_after).await;
         self.reply(result).await
     }

@@ -1,28 +1,34 @@
-//! Deterministic simulation of the cluster protocol (ADR 0006).
+//! Deterministic simulation of the cluster (ADR 0006).
 //!
 //! N nodes run in one process on a current-thread tokio runtime whose clock
 //! is paused: time is virtual and jumps ahead whenever every task waits, so
-//! minutes of cluster life take milliseconds. Each node runs the real
-//! `wasmkeep-cluster` leases, observers, peers and ownership records and the
-//! real `wasmkeep-store` actor store, over its own client of one in-memory
-//! bucket. Every source of nondeterminism is drawn from the seed: the
-//! clients' events, the faults (bucket latency, unavailability, lost replies,
-//! partitions, crashes, heartbeat pauses), node incarnations, forwarding
-//! delays. There is no real I/O and no other thread, and the harness keeps
-//! its state in ordered maps, so a seed replays its run exactly
-//! ([`SimReport::digest`]).
+//! minutes of cluster life take milliseconds. Each node is a real
+//! `wasmkeep_server::Node`: its heartbeat loop, `ensure_owner`, mailboxes,
+//! alarm timer and sweep, drain and move code and signed node calls run
+//! unchanged; time, randomness, the bucket, peer calls and the guest reach it
+//! through the server's traits. Every source of nondeterminism is drawn from
+//! the seed: the clients' events, the operator's drains, moves and alarms,
+//! the faults (bucket latency, unavailability, lost replies, partitions from
+//! the bucket and from the other nodes, crashes, pauses), node incarnations,
+//! network delays and losses. There is no real I/O and no other thread, and
+//! the harness and the node keep their state in ordered maps, so a seed
+//! replays its run exactly ([`SimReport::digest`]).
 //!
-//! Checkers ([`truth`]) run after every commit and at the end.
+//! Checkers ([`truth`]) run at every commit and at the end.
 //!
 //! Modules: `clock` (a node's skewed clock), `bucket` (a node's bucket client
-//! and the ground-truth taps), `node` (a node: heartbeat loop and the counter
-//! actor's mailbox), `truth` (ground truth, trace, checkers).
+//! and the ground-truth taps), `guest` (the built-in counter actor),
+//! `transport` (the network), `node` (a node process), `truth` (ground
+//! truth, trace, checkers).
 
 pub mod bucket;
 pub mod clock;
+pub mod guest;
 pub mod node;
+pub mod transport;
 pub mod truth;
 
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,10 +39,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 use wasmkeep_bucket::{Bucket, MemoryBucket};
-use wasmkeep_types::{ActorId, AppName, Keys, NodeId};
+use wasmkeep_types::{ActorId, AppName, ClassName, Keys, NodeId};
 
 use crate::bucket::SimBucket;
-use crate::node::{Event, Node};
+use crate::node::SimNode;
 use crate::truth::Truth;
 
 #[derive(Debug, thiserror::Error)]
@@ -67,13 +73,16 @@ pub struct FaultConfig {
     pub pauses: bool,
     pub slow_bucket: bool,
     pub flaky_bucket: bool,
+    /// Cuts one node off from the other nodes (not from the bucket).
+    pub network_partitions: bool,
     /// Latencies during a slow-bucket episode.
     pub slow_request_latency_max: Duration,
     pub slow_reply_latency_max: Duration,
     /// Probabilities during a flaky-bucket episode.
     pub unavailable_probability_max: f64,
     pub reply_lost_probability_max: f64,
-    /// A forwarded event is lost with this probability, else delayed.
+    /// A node call's request, and separately its answer, is lost with this
+    /// probability; each way is delayed up to `forward_delay_max`.
     pub forward_loss_probability: f64,
     pub forward_delay_max: Duration,
 }
@@ -91,11 +100,12 @@ impl Default for FaultConfig {
             pauses: true,
             slow_bucket: true,
             flaky_bucket: true,
+            network_partitions: true,
             slow_request_latency_max: Duration::from_millis(1500),
             slow_reply_latency_max: Duration::from_millis(1500),
             unavailable_probability_max: 0.3,
             reply_lost_probability_max: 0.2,
-            forward_loss_probability: 0.05,
+            forward_loss_probability: 0.02,
             forward_delay_max: Duration::from_millis(50),
         }
     }
@@ -106,7 +116,8 @@ pub struct SimConfig {
     pub seed: u64,
     pub nodes: usize,
     pub actors: usize,
-    /// Increments sent by clients, one at a time at random gaps.
+    /// Increments sent by clients at random gaps, each without waiting for
+    /// the ones before it.
     pub client_events: usize,
     pub client_gap_max: Duration,
     pub lease_ttl: Duration,
@@ -117,6 +128,68 @@ pub struct SimConfig {
     /// After the last client event, faults heal and the cluster runs this
     /// long before the final check.
     pub settle: Duration,
+    /// A resident actor without events hibernates after this long.
+    pub idle_timeout: Duration,
+    /// Each node lists the alarm index this often (the backstop for alarms
+    /// of actors nobody holds).
+    pub alarm_sweep_period: Duration,
+    /// What the operator does meanwhile.
+    pub operator: OperatorConfig,
+    /// Check that acknowledged alarms run within this long of their due
+    /// time (`truth::ALARM_LATE`): only for runs without clock skew and
+    /// without faults that may delay an alarm that long.
+    pub alarm_lateness_max: Option<Duration>,
+}
+
+/// The operator's actions, drawn from the seed, as `wasmkeep node drain`,
+/// `node undrain` and `actor move` would do them (writing and deleting the
+/// control keys), and clients setting alarms.
+#[derive(Debug, Clone)]
+pub struct OperatorConfig {
+    pub steps: usize,
+    pub gap_max: Duration,
+    /// Drain a node (at most one at a time), or undrain the drained one.
+    pub drains: bool,
+    /// Move an actor to a node.
+    pub moves: bool,
+    /// Move an alarm actor to a node and drain that node a moment later.
+    pub moves_then_drain: bool,
+    /// Set an alarm on an alarm actor (one clients never increment), due
+    /// up to `alarm_delay_max` ahead.
+    pub alarms: bool,
+    pub alarm_delay_max: Duration,
+    /// Actors that only get alarms (`t/counter/a<k>`).
+    pub alarm_actors: usize,
+}
+
+impl OperatorConfig {
+    /// No operator at all.
+    pub fn none() -> Self {
+        Self {
+            steps: 0,
+            gap_max: Duration::from_secs(10),
+            drains: false,
+            moves: false,
+            moves_then_drain: false,
+            alarms: false,
+            alarm_delay_max: Duration::from_secs(8),
+            alarm_actors: 0,
+        }
+    }
+
+    /// Drains, moves and alarms mixed.
+    pub fn mixed() -> Self {
+        Self {
+            steps: 30,
+            gap_max: Duration::from_secs(8),
+            drains: true,
+            moves: true,
+            moves_then_drain: true,
+            alarms: true,
+            alarm_delay_max: Duration::from_secs(8),
+            alarm_actors: 2,
+        }
+    }
 }
 
 impl Default for SimConfig {
@@ -132,6 +205,10 @@ impl Default for SimConfig {
             skew_max: Duration::from_secs(30),
             faults: FaultConfig::default(),
             settle: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(30),
+            alarm_sweep_period: Duration::from_secs(30),
+            operator: OperatorConfig::none(),
+            alarm_lateness_max: None,
         }
     }
 }
@@ -245,17 +322,20 @@ const PURPOSE_CLIENTS: u64 = 1;
 const PURPOSE_FAULTS: u64 = 2;
 const PURPOSE_FORWARD: u64 = 3;
 const PURPOSE_SETUP: u64 = 4;
+const PURPOSE_OPERATOR: u64 = 5;
 /// Node `i`'s `k`-th start draws from purposes `1000 + 1000 * i + 2k (+1)`.
 const PURPOSE_NODES: u64 = 1000;
 
 struct Slot {
-    node: Option<Arc<Node>>,
+    node: Option<Arc<SimNode>>,
+    /// A start is under way (it may wait for a flaky bucket).
+    starting: bool,
     starts: u64,
     skew_ms: i64,
 }
 
-/// Everything the simulated nodes share: the bucket, the ground truth, the
-/// slots that say which process of each node is running.
+/// Everything the simulated nodes share: the bucket, the network, the ground
+/// truth, the slots that say which process of each node is running.
 pub struct World {
     pub config: SimConfig,
     pub start: Instant,
@@ -263,9 +343,14 @@ pub struct World {
     pub keys: Keys,
     root: MemoryBucket,
     slots: Vec<Mutex<Slot>>,
-    forward_rng: Mutex<StdRng>,
+    network_rng: Mutex<StdRng>,
+    /// Nodes cut off from every other node (network partitions).
+    cut: Mutex<BTreeSet<usize>>,
     healing: AtomicBool,
 }
+
+/// How long a node start that failed waits before the next try.
+const START_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 impl World {
     fn new(config: SimConfig) -> Arc<Self> {
@@ -276,20 +361,26 @@ impl World {
             .map(|_| {
                 Mutex::new(Slot {
                     node: None,
+                    starting: false,
                     starts: 0,
                     skew_ms: setup.random_range(-skew_max_ms..=skew_max_ms),
                 })
             })
             .collect();
         Arc::new(Self {
-            truth: Arc::new(Mutex::new(Truth::new(start, config.lease_ttl))),
+            truth: Arc::new(Mutex::new({
+                let mut truth = Truth::new(start, config.lease_ttl);
+                truth.alarm_lateness_max = config.alarm_lateness_max;
+                truth
+            })),
             keys: Keys::new(&AppName::default_app()),
             root: MemoryBucket::with_seed(sub_seed(config.seed, PURPOSE_SETUP)),
             slots,
-            forward_rng: Mutex::new(StdRng::seed_from_u64(sub_seed(
+            network_rng: Mutex::new(StdRng::seed_from_u64(sub_seed(
                 config.seed,
                 PURPOSE_FORWARD,
             ))),
+            cut: Mutex::new(BTreeSet::new()),
             healing: AtomicBool::new(false),
             start,
             config,
@@ -300,8 +391,14 @@ impl World {
         self.slots[index].lock().skew_ms
     }
 
+    /// Counter actor `index` (clients increment it).
     pub fn actor(&self, index: usize) -> ActorId {
         ActorId::parse(&format!("t/counter/c{index}")).expect("a valid actor id")
+    }
+
+    /// Alarm actor `index` (only alarms are set on it).
+    pub fn alarm_actor(&self, index: usize) -> ActorId {
+        ActorId::parse(&format!("t/counter/a{index}")).expect("a valid actor id")
     }
 
     pub fn index_of(&self, node: &NodeId) -> Option<usize> {
@@ -309,37 +406,90 @@ impl World {
         (index < self.slots.len()).then_some(index)
     }
 
-    pub fn node(&self, index: usize) -> Option<Arc<Node>> {
+    /// The running process of node `index`, if any.
+    pub fn node(&self, index: usize) -> Option<Arc<SimNode>> {
         self.slots[index].lock().node.clone()
     }
 
-    /// Starts node `index` unless it runs: a new process, a new bucket
-    /// client, a new incarnation.
+    /// The true wall clock (no skew), in ms.
+    pub fn wall_ms(&self) -> i64 {
+        let since = Instant::now().saturating_duration_since(self.start);
+        clock::EPOCH_MS.saturating_add(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Whether the network between `a` and `b` is cut.
+    pub fn is_cut(&self, a: usize, b: usize) -> bool {
+        let cut = self.cut.lock();
+        a != b && (cut.contains(&a) || cut.contains(&b))
+    }
+
+    /// One node call's draws: request lost, answer lost, delay there, delay back.
+    pub fn network_draw(&self) -> (bool, bool, Duration, Duration) {
+        let faults = &self.config.faults;
+        let mut rng = self.network_rng.lock();
+        let p = faults.forward_loss_probability.clamp(0.0, 1.0);
+        let lost_request = p > 0.0 && rng.random_bool(p);
+        let lost_reply = p > 0.0 && rng.random_bool(p);
+        let there = draw(&mut rng, faults.forward_delay_max);
+        let back = draw(&mut rng, faults.forward_delay_max);
+        (lost_request, lost_reply, there, back)
+    }
+
+    /// Starts node `index` unless it runs or is starting: a new process, a
+    /// new bucket client, a new incarnation. A start the bucket refuses is
+    /// tried again (as a supervisor would restart the process).
     fn start_node(self: &Arc<Self>, index: usize) {
-        let starts = {
+        {
             let mut slot = self.slots[index].lock();
-            if slot.node.is_some() {
+            if slot.node.is_some() || slot.starting {
                 return;
             }
-            slot.starts += 1;
-            slot.starts
-        };
-        let purpose = PURPOSE_NODES + 1000 * index as u64 + 2 * starts;
-        let client = self.root.new_client(sub_seed(self.config.seed, purpose));
-        let faults = &self.config.faults;
-        let mut setup = StdRng::seed_from_u64(sub_seed(self.config.seed, purpose + 1));
-        let latency = draw(&mut setup, faults.request_latency_max);
-        client.faults().set_latency(latency, latency);
-        let bucket = Arc::new(SimBucket::new(
-            client,
-            &format!("n{index}"),
-            self.keys.clone(),
-            self.truth.clone(),
-            setup.random(),
-        ));
-        bucket.set_reply_latency_max(draw(&mut setup, faults.reply_latency_max));
-        let node = Node::start(self, index, bucket, setup.random());
-        self.slots[index].lock().node = Some(node);
+            slot.starting = true;
+        }
+        let world = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let starts = {
+                    let mut slot = world.slots[index].lock();
+                    slot.starts += 1;
+                    slot.starts
+                };
+                let purpose = PURPOSE_NODES + 1000 * index as u64 + 2 * starts;
+                let client = world.root.new_client(sub_seed(world.config.seed, purpose));
+                let faults = &world.config.faults;
+                let mut setup = StdRng::seed_from_u64(sub_seed(world.config.seed, purpose + 1));
+                let latency = draw(&mut setup, faults.request_latency_max);
+                client.faults().set_latency(latency, latency);
+                let bucket = Arc::new(SimBucket::new(
+                    client,
+                    &format!("n{index}"),
+                    world.keys.clone(),
+                    world.truth.clone(),
+                    setup.random(),
+                ));
+                bucket.set_reply_latency_max(draw(&mut setup, faults.reply_latency_max));
+                let seed: u64 = setup.random();
+                world.log(format!("start n{index} (start {starts})"));
+                match SimNode::start(&world, index, bucket.clone(), seed).await {
+                    Ok(node) => {
+                        world.truth.lock().log(
+                            node.name(),
+                            format!("started, incarnation {}", node.node.lease.incarnation()),
+                        );
+                        let mut slot = world.slots[index].lock();
+                        slot.node = Some(node);
+                        slot.starting = false;
+                        return;
+                    }
+                    Err(e) => {
+                        // The failed process is gone: nothing of it writes again.
+                        bucket.faults().set_partitioned(true);
+                        world.log(format!("start of n{index} failed: {e}"));
+                        tokio::time::sleep(START_RETRY_DELAY).await;
+                    }
+                }
+            }
+        });
     }
 
     fn crash_node(&self, index: usize) -> bool {
@@ -347,45 +497,60 @@ impl World {
         match node {
             Some(node) => {
                 node.crash();
+                self.truth.lock().log(node.name(), "crash");
                 true
             }
             None => false,
         }
     }
 
-    /// Hands an event to node `index`, as a client or a forwarding peer would.
-    pub fn deliver(&self, index: usize, event: Event) {
-        let who = format!("n{index}");
-        match self.node(index) {
-            Some(node) => {
-                if !node.deliver(event.clone()) {
-                    self.truth.lock().log(
-                        &who,
-                        format!(
-                            "event {} {}: refused: mailbox full (503)",
-                            event.id, event.actor
-                        ),
-                    );
-                }
-            }
-            None => self.truth.lock().log(
-                &who,
-                format!("event {} {}: refused: node down", event.id, event.actor),
-            ),
-        }
-    }
-
-    /// Whether the next forward is lost, and its delay.
-    pub fn forward_draw(&self) -> (bool, Duration) {
-        let faults = &self.config.faults;
-        let mut rng = self.forward_rng.lock();
-        let lost = faults.forward_loss_probability > 0.0
-            && rng.random_bool(faults.forward_loss_probability.clamp(0.0, 1.0));
-        (lost, draw(&mut rng, faults.forward_delay_max))
+    /// A client's request to node `index`, as HTTP would hand it to the
+    /// node (no signature: an ordinary client request). `None` when the
+    /// node is down.
+    pub async fn client_request(
+        &self,
+        index: usize,
+        actor: &ActorId,
+        rest: &str,
+        body: String,
+    ) -> Option<wasmkeep_server::peer::PeerReply> {
+        let node = self.node(index)?;
+        let path = format!("{}{rest}", wasmkeep_server::cluster::actor_path(actor));
+        Some(
+            wasmkeep_server::http::answer_call(
+                &node.node,
+                "POST",
+                &path,
+                "",
+                Vec::new(),
+                body.into_bytes(),
+            )
+            .await,
+        )
     }
 
     fn log(&self, what: impl AsRef<str>) {
         self.truth.lock().log("SIM", what);
+    }
+
+    /// Node `target` answered 200 to a take of the actor at `path`: the
+    /// move is done, so `target` must hold the actor now.
+    pub fn take_answered(&self, target: usize, path: &str) {
+        let actor = match wasmkeep_server::route::route(path, None) {
+            Ok(wasmkeep_server::route::Route::Actor { actor, .. }) => actor,
+            _ => {
+                self.truth.lock().violation(format!(
+                    "{} a take of {path}, not an actor",
+                    truth::MOVE_UNDONE
+                ));
+                return;
+            }
+        };
+        self.truth.lock().check_taken(
+            &format!("n{target}"),
+            &self.keys.owner(&actor),
+            &actor.to_string(),
+        );
     }
 }
 
@@ -403,27 +568,65 @@ pub fn run(config: &SimConfig) -> Result<SimReport, Error> {
     Ok(runtime.block_on(run_in_runtime(config.clone())))
 }
 
+/// Deploys the built-in counter class, as `wasmkeep deploy` would.
+async fn deploy(world: &World) {
+    let class = ClassName::new("counter").expect("a valid class name");
+    let bucket = node::checker_bucket(&world.root);
+    let engine = guest::SimEngine::new(Arc::new(guest::GuestContext {
+        node_name: "deploy".into(),
+        truth: world.truth.clone(),
+        keys: world.keys.clone(),
+        alive: Arc::new(AtomicBool::new(true)),
+        node: Mutex::new(std::sync::Weak::new()),
+    }));
+    if let Err(e) = wasmkeep_server::classes::deploy_with(
+        &*bucket,
+        &world.keys,
+        &class,
+        guest::COUNTER_CLASS_BYTES.to_vec(),
+        &engine,
+    )
+    .await
+    {
+        world.log(format!("deploy failed: {e}"));
+    }
+}
+
 async fn run_in_runtime(config: SimConfig) -> SimReport {
     let world = World::new(config);
+    deploy(&world).await;
     for index in 0..world.config.nodes {
         world.start_node(index);
     }
     let clients = tokio::spawn(client_driver(world.clone()));
     let faults = tokio::spawn(fault_driver(world.clone()));
+    let operator = tokio::spawn(operator_driver(world.clone()));
     let _ = clients.await;
     world.healing.store(true, Ordering::SeqCst);
     let _ = faults.await;
+    let _ = operator.await;
     heal_all(&world);
     tokio::time::sleep(world.config.settle).await;
+    check_drained(&world).await;
+    {
+        let mut truth = world.truth.lock();
+        truth.stopped_ms = Some(truth.now_ms());
+        // A node's wall clock is behind by up to the skew; its alarms fire
+        // that much later.
+        truth.clock_behind_max = world.config.skew_max + Duration::from_secs(2);
+    }
     world.log("stop every node");
     for index in 0..world.config.nodes {
         world.crash_node(index);
     }
-    // Let aborted tasks and failing flushers finish before the final read.
+    // Let failing flushers finish before the final read.
     tokio::time::sleep(world.config.lease_ttl).await;
-    for index in 0..world.config.actors {
-        let actor = world.actor(index);
-        let bucket: Arc<dyn Bucket> = Arc::new(world.root.new_client(0));
+    let actors: Vec<ActorId> = (0..world.config.actors)
+        .map(|i| world.actor(i))
+        .chain((0..world.config.operator.alarm_actors).map(|i| world.alarm_actor(i)))
+        .collect();
+    for actor in actors {
+        let bucket = node::checker_bucket(&world.root);
         match node::read_counter(bucket, &world.keys, &actor).await {
             Ok(found) => world.truth.lock().check_counter(&actor.to_string(), found),
             Err(e) => world
@@ -432,6 +635,7 @@ async fn run_in_runtime(config: SimConfig) -> SimReport {
                 .violation(format!("{} {actor}: {e}", truth::RESTORE_FAILED)),
         }
     }
+    world.truth.lock().check_alarms();
     let simulated = Instant::now().saturating_duration_since(world.start);
     let truth = world.truth.lock();
     SimReport {
@@ -446,23 +650,222 @@ async fn run_in_runtime(config: SimConfig) -> SimReport {
     }
 }
 
-/// Clients send increments of random actors to random nodes.
+/// At the end, faults healed: a node whose drain key is there reports
+/// `drained` and holds no actor.
+async fn check_drained(world: &Arc<World>) {
+    let bucket = node::checker_bucket(&world.root);
+    for index in 0..world.config.nodes {
+        let Some(node) = world.node(index) else {
+            continue;
+        };
+        let key = world.keys.drain(&node.id);
+        if bucket.head(&key).await.is_err() {
+            continue;
+        }
+        let state = node.node.drain.state();
+        let resident = node.node.resident_count();
+        world.truth.lock().log(
+            node.name(),
+            format!("drain key present: state {state:?}, {resident} resident"),
+        );
+        if resident > 0 || state != wasmkeep_types::heartbeat::DrainState::Drained {
+            world.truth.lock().violation(format!(
+                "{} {} drains (state {state:?}) and still holds {resident} actors after the faults healed",
+                truth::DRAINED_HOLDS,
+                node.name()
+            ));
+        }
+    }
+}
+
+/// Clients send increments of random actors to random nodes, each request
+/// in its own task (clients do not wait for each other).
 async fn client_driver(world: Arc<World>) {
     let mut rng = StdRng::seed_from_u64(sub_seed(world.config.seed, PURPOSE_CLIENTS));
+    let mut requests = tokio::task::JoinSet::new();
     for id in 0..world.config.client_events as u64 {
         tokio::time::sleep(draw(&mut rng, world.config.client_gap_max)).await;
+        while requests.try_join_next().is_some() {}
         let actor = world.actor(rng.random_range(0..world.config.actors));
         let index = rng.random_range(0..world.config.nodes);
-        world.deliver(
-            index,
-            Event {
-                id,
-                actor,
-                forwarded: false,
-            },
-        );
+        let w = world.clone();
+        requests.spawn(async move {
+            let who = format!("n{index}");
+            let reply = w
+                .client_request(index, &actor, "/inc", id.to_string())
+                .await;
+            let mut truth = w.truth.lock();
+            match reply {
+                Some(reply) if reply.status == 200 => {
+                    *truth.acked.entry(actor.to_string()).or_default() += 1;
+                    truth.log(
+                        &who,
+                        format!(
+                            "event {id} {actor}: acknowledged ({})",
+                            String::from_utf8_lossy(&reply.body)
+                        ),
+                    );
+                }
+                Some(reply) => truth.log(
+                    &who,
+                    format!(
+                        "event {id} {actor}: refused {} {}",
+                        reply.status,
+                        String::from_utf8_lossy(&reply.body).trim()
+                    ),
+                ),
+                None => truth.log(&who, format!("event {id} {actor}: refused: node down")),
+            }
+        });
     }
+    // Requests still in flight end before the faults heal (each has a limit).
+    while requests.join_next().await.is_some() {}
     world.log("clients done");
+}
+
+/// The operator drains and undrains nodes, moves actors and sets alarms,
+/// at random gaps, until the clients are done.
+async fn operator_driver(world: Arc<World>) {
+    let op = world.config.operator.clone();
+    let mut rng = StdRng::seed_from_u64(sub_seed(world.config.seed, PURPOSE_OPERATOR));
+    let mut kinds = Vec::new();
+    for (on, kind) in [
+        (op.drains, 0),
+        (op.moves, 1),
+        (op.moves_then_drain && op.alarm_actors > 0, 2),
+        (op.alarms && op.alarm_actors > 0, 3),
+    ] {
+        if on {
+            kinds.push(kind);
+        }
+    }
+    if kinds.is_empty() {
+        return;
+    }
+    let root = node::checker_bucket(&world.root);
+    let mut drained: Option<usize> = None;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..op.steps {
+        tokio::time::sleep(draw(&mut rng, op.gap_max)).await;
+        if world.healing.load(Ordering::SeqCst) {
+            break;
+        }
+        let kind = kinds[rng.random_range(0..kinds.len())];
+        let index = rng.random_range(0..world.config.nodes);
+        match kind {
+            0 => drained = drain_or_undrain(&world, &*root, drained, index).await,
+            1 => {
+                let actor = if op.alarm_actors > 0 && rng.random_bool(0.5) {
+                    world.alarm_actor(rng.random_range(0..op.alarm_actors))
+                } else {
+                    world.actor(rng.random_range(0..world.config.actors))
+                };
+                write_move(&world, &*root, &actor, index).await;
+            }
+            2 => {
+                // A move to a node that is asked to drain a moment later:
+                // the take may meet the drain.
+                let actor = world.alarm_actor(rng.random_range(0..op.alarm_actors));
+                if write_move(&world, &*root, &actor, index).await && drained.is_none() {
+                    tokio::time::sleep(draw(&mut rng, world.config.heartbeat_period)).await;
+                    drained = drain_or_undrain(&world, &*root, None, index).await;
+                }
+            }
+            _ => {
+                let actor = world.alarm_actor(rng.random_range(0..op.alarm_actors));
+                let delay = draw(&mut rng, op.alarm_delay_max);
+                let at_ms = world.wall_ms() + i64::try_from(delay.as_millis()).unwrap_or(0);
+                let w = world.clone();
+                tasks.spawn(async move {
+                    let who = format!("n{index}");
+                    let reply = w
+                        .client_request(index, &actor, "/alarm", at_ms.to_string())
+                        .await;
+                    let mut truth = w.truth.lock();
+                    match reply {
+                        Some(reply) if reply.status == 200 => {
+                            truth.alarm_acked(&actor.to_string(), at_ms);
+                            truth.log(&who, format!("alarm {at_ms} on {actor}: acknowledged"));
+                        }
+                        Some(reply) => truth.log(
+                            &who,
+                            format!("alarm {at_ms} on {actor}: refused {}", reply.status),
+                        ),
+                        None => truth.log(&who, format!("alarm {at_ms} on {actor}: node down")),
+                    }
+                });
+            }
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Drains node `index` when no node drains (`wasmkeep node drain`), or
+/// undrains the node that drains. Returns the node that drains now.
+async fn drain_or_undrain(
+    world: &World,
+    root: &dyn Bucket,
+    drained: Option<usize>,
+    index: usize,
+) -> Option<usize> {
+    match drained {
+        None => {
+            let id = NodeId::new(format!("n{index}")).expect("a valid node id");
+            let body = bytes::Bytes::from(format!("drain asked at {}\n", world.wall_ms()));
+            match root.put(&world.keys.drain(&id), body).await {
+                Ok(_) => {
+                    world.log(format!("operator: drain n{index}"));
+                    Some(index)
+                }
+                Err(e) => {
+                    world.log(format!("operator: drain n{index} failed: {e}"));
+                    None
+                }
+            }
+        }
+        Some(drained) => {
+            let id = NodeId::new(format!("n{drained}")).expect("a valid node id");
+            match root.delete(&world.keys.drain(&id)).await {
+                Ok(()) => {
+                    world.log(format!("operator: undrain n{drained}"));
+                    None
+                }
+                Err(e) => {
+                    world.log(format!("operator: undrain n{drained} failed: {e}"));
+                    Some(drained)
+                }
+            }
+        }
+    }
+}
+
+/// Writes a move key for `actor` to node `target` (`wasmkeep actor move`),
+/// unless a move of that actor is pending. Returns whether it wrote one.
+async fn write_move(world: &World, root: &dyn Bucket, actor: &ActorId, target: usize) -> bool {
+    let pending = match root.list(&world.keys.moves_prefix()).await {
+        Ok(listed) => listed.iter().any(|meta| {
+            world
+                .keys
+                .parse_move_key(&meta.key)
+                .is_ok_and(|(a, _)| &a == actor)
+        }),
+        Err(_) => true,
+    };
+    if pending {
+        return false;
+    }
+    let id = NodeId::new(format!("n{target}")).expect("a valid node id");
+    let body = bytes::Bytes::from(format!("move asked at {}\n", world.wall_ms()));
+    match root.put(&world.keys.move_key(actor, &id), body).await {
+        Ok(_) => {
+            world.log(format!("operator: move {actor} to n{target}"));
+            true
+        }
+        Err(e) => {
+            world.log(format!("operator: move {actor} to n{target} failed: {e}"));
+            false
+        }
+    }
 }
 
 /// Injects faults at random gaps until the clients are done.
@@ -476,6 +879,7 @@ async fn fault_driver(world: Arc<World>) {
         (faults.pauses, 2),
         (faults.slow_bucket, 3),
         (faults.flaky_bucket, 4),
+        (faults.network_partitions, 5),
     ] {
         if on {
             kinds.push(kind);
@@ -526,10 +930,8 @@ async fn fault_driver(world: Arc<World>) {
             }
             2 => {
                 if let Some(node) = world.node(index) {
-                    world.log(format!(
-                        "fault: pause n{index}'s heartbeat for {lasting_ms} ms"
-                    ));
-                    node.pause_until(Instant::now() + lasting);
+                    world.log(format!("fault: pause n{index} for {lasting_ms} ms"));
+                    node.bucket.stall_until(Instant::now() + lasting);
                 }
             }
             3 => {
@@ -556,7 +958,7 @@ async fn fault_driver(world: Arc<World>) {
                     });
                 }
             }
-            _ => {
+            4 => {
                 if let Some(node) = world.node(index) {
                     let unavailable = rng.random_range(0.0..=faults.unavailable_probability_max);
                     let lost = rng.random_range(0.0..=faults.reply_lost_probability_max);
@@ -576,20 +978,30 @@ async fn fault_driver(world: Arc<World>) {
                     });
                 }
             }
+            _ => {
+                world.log(format!(
+                    "fault: cut n{index} off from the other nodes for {lasting_ms} ms"
+                ));
+                world.cut.lock().insert(index);
+                let w = world.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(lasting).await;
+                    w.log(format!("fault over: n{index} reaches the other nodes"));
+                    w.cut.lock().remove(&index);
+                });
+            }
         }
     }
 }
 
 /// Ends every fault: restarts crashed nodes, reconnects and unpauses the
-/// others, takes the latency away.
+/// others, takes the latency away. Drains stay as the operator left them.
 fn heal_all(world: &Arc<World>) {
     world.log("heal every fault");
+    world.cut.lock().clear();
     for index in 0..world.config.nodes {
         match world.node(index) {
-            Some(node) => {
-                node.bucket.heal();
-                node.unpause();
-            }
+            Some(node) => node.bucket.heal(),
             None => world.start_node(index),
         }
     }

@@ -10,7 +10,15 @@
 //!   lease's true end, the last applied heartbeat write of its incarnation
 //!   plus the TTL (observers may call it expired from then on, plus margin);
 //! - **one writer per log record** (`log_record_applied`);
-//! - **no acknowledged write lost** ([`Truth::check_counter`], at the end).
+//! - **no acknowledged write lost** ([`Truth::check_counter`], at the end);
+//! - **every committed alarm fires** ([`Truth::check_alarms`], at the end,
+//!   after the faults healed): an alarm whose setting was acknowledged, and
+//!   not replaced by a later setting, ran at least once;
+//! - **a finished move left the actor with its target**: a target that
+//!   answers a take with 200 holds the actor ([`Truth::check_taken`]), and
+//!   when the old owner deletes a move key the actor is not held by that old
+//!   owner again ([`Truth::move_key_deleted`]);
+//! - **a drained node holds nothing** (checked by the harness at the end).
 //!
 //! Every decision and outcome also goes into the trace, whose digest shows
 //! that a seed reproduces its run exactly.
@@ -33,6 +41,10 @@ pub const ONE_WRITER: &str = "one writer per record:";
 pub const WRITE_LOST: &str = "acknowledged write lost:";
 pub const PHANTOM_WRITE: &str = "phantom write:";
 pub const RESTORE_FAILED: &str = "final restore failed:";
+pub const ALARM_LOST: &str = "committed alarm never fired:";
+pub const ALARM_LATE: &str = "committed alarm fired late:";
+pub const MOVE_UNDONE: &str = "move ended on the old owner:";
+pub const DRAINED_HOLDS: &str = "drained node holds actors:";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerRecord {
@@ -58,6 +70,22 @@ pub struct Truth {
     pub acked: BTreeMap<String, u64>,
     /// Actor -> increments whose transaction committed (acknowledged or not).
     pub attempted: BTreeMap<String, u64>,
+    /// Actor -> every alarm time a guest set, in order, with the virtual ms
+    /// it was set at.
+    alarm_sets: BTreeMap<String, Vec<(i64, u128)>>,
+    /// Actor -> alarm times whose setting a client saw acknowledged, and when.
+    alarm_acks: BTreeMap<String, Vec<(i64, u128)>>,
+    /// Actor -> alarm times that ran, and when.
+    alarm_fires: BTreeMap<String, Vec<(i64, u128)>>,
+    /// When set: an acknowledged alarm must run within this long of its due
+    /// time (or of its acknowledgement, if later), unless replaced first.
+    /// Only for runs whose faults cannot delay an alarm that long.
+    pub alarm_lateness_max: Option<Duration>,
+    /// The virtual ms the nodes were stopped, and how far a node's clock may
+    /// be behind: an alarm due later than `stopped - clock_behind_max` on
+    /// the true clock may legitimately not have run.
+    pub stopped_ms: Option<u128>,
+    pub clock_behind_max: Duration,
     violations: Vec<String>,
     violations_total: u64,
 }
@@ -74,6 +102,12 @@ impl Truth {
             log_writers: BTreeMap::new(),
             acked: BTreeMap::new(),
             attempted: BTreeMap::new(),
+            alarm_sets: BTreeMap::new(),
+            alarm_acks: BTreeMap::new(),
+            alarm_fires: BTreeMap::new(),
+            alarm_lateness_max: None,
+            stopped_ms: None,
+            clock_behind_max: Duration::ZERO,
             violations: Vec::new(),
             violations_total: 0,
         }
@@ -169,7 +203,7 @@ impl Truth {
         incarnation: &str,
         owner_key: &str,
         actor: &str,
-        event: u64,
+        event: &str,
     ) {
         let now = Instant::now();
         match self.lease_true_end(node, incarnation) {
@@ -177,11 +211,11 @@ impl Truth {
             Some(end) => {
                 let late_ms = now.saturating_duration_since(end).as_millis();
                 self.violation(format!(
-                    "{LEASE_TRUTH} {node} (incarnation {incarnation}) committed event {event} on {actor} {late_ms} ms after its lease truly ended"
+                    "{LEASE_TRUTH} {node} (incarnation {incarnation}) committed {event} on {actor} {late_ms} ms after its lease truly ended"
                 ));
             }
             None => self.violation(format!(
-                "{LEASE_TRUTH} {node} (incarnation {incarnation}) committed event {event} on {actor} without any heartbeat of that incarnation in the bucket"
+                "{LEASE_TRUTH} {node} (incarnation {incarnation}) committed {event} on {actor} without any heartbeat of that incarnation in the bucket"
             )),
         }
         match self.owners.get(owner_key) {
@@ -198,9 +232,131 @@ impl Truth {
                     None => "no record".to_owned(),
                 };
                 self.violation(format!(
-                    "{ONE_OWNER} {node} (incarnation {incarnation}) committed event {event} on {actor} while the ownership record names {found}"
+                    "{ONE_OWNER} {node} (incarnation {incarnation}) committed {event} on {actor} while the ownership record names {found}"
                 ));
             }
+        }
+    }
+
+    /// The newest ownership record that applied for `owner_key`.
+    pub fn owner(&self, owner_key: &str) -> Option<&OwnerRecord> {
+        self.owners.get(owner_key)
+    }
+
+    pub fn alarm_set_attempted(&mut self, actor: &str, at_ms: i64) {
+        let now = self.now_ms();
+        self.alarm_sets
+            .entry(actor.to_owned())
+            .or_default()
+            .push((at_ms, now));
+    }
+
+    pub fn alarm_acked(&mut self, actor: &str, at_ms: i64) {
+        let now = self.now_ms();
+        self.alarm_acks
+            .entry(actor.to_owned())
+            .or_default()
+            .push((at_ms, now));
+    }
+
+    pub fn alarm_fired(&mut self, actor: &str, at_ms: i64) {
+        let now = self.now_ms();
+        self.alarm_fires
+            .entry(actor.to_owned())
+            .or_default()
+            .push((at_ms, now));
+    }
+
+    /// At the end, faults healed: the last alarm set on each actor, when its
+    /// setting was acknowledged and it fell due (on every node's clock)
+    /// before the nodes stopped, ran at least once. With a lateness bound,
+    /// every acknowledged alarm not replaced in time ran within the bound.
+    pub fn check_alarms(&mut self) {
+        let end = self.now_ms();
+        let mut found = Vec::new();
+        for (actor, sets) in &self.alarm_sets {
+            let Some((last, _)) = sets.last() else {
+                continue;
+            };
+            let acks = self.alarm_acks.get(actor).map_or(&[][..], Vec::as_slice);
+            let fires = self.alarm_fires.get(actor).map_or(&[][..], Vec::as_slice);
+            let last_due = u128::try_from(last - crate::clock::EPOCH_MS).unwrap_or(0);
+            let due_in_time = self
+                .stopped_ms
+                .is_none_or(|stopped| last_due + self.clock_behind_max.as_millis() < stopped);
+            if due_in_time
+                && acks.iter().any(|(a, _)| a == last)
+                && !fires.iter().any(|(f, _)| f == last)
+            {
+                found.push(format!(
+                    "{ALARM_LOST} {actor}'s alarm at wall {last} ms was acknowledged and never ran"
+                ));
+            }
+            let Some(bound) = self.alarm_lateness_max else {
+                continue;
+            };
+            for (at_ms, acked) in acks {
+                let due = u128::try_from(at_ms - crate::clock::EPOCH_MS).unwrap_or(0);
+                let deadline = due.max(*acked) + bound.as_millis();
+                let set_at = sets.iter().find(|(s, _)| s == at_ms).map_or(0, |(_, t)| *t);
+                let replaced = sets
+                    .iter()
+                    .any(|(s, t)| s != at_ms && *t >= set_at && *t <= deadline);
+                if replaced || deadline >= end {
+                    continue;
+                }
+                if !fires.iter().any(|(f, t)| f == at_ms && *t <= deadline) {
+                    let when = fires
+                        .iter()
+                        .find(|(f, _)| f == at_ms)
+                        .map_or("never".to_owned(), |(_, t)| format!("at {t} ms"));
+                    found.push(format!(
+                        "{ALARM_LATE} {actor}'s alarm due at {due} ms (acknowledged at {acked} ms) ran {when}, past {deadline} ms"
+                    ));
+                }
+            }
+        }
+        for what in found {
+            self.violation(what);
+        }
+    }
+
+    /// `target` answered a take of `actor` with 200: the newest ownership
+    /// record must name it, held.
+    pub fn check_taken(&mut self, target: &str, owner_key: &str, actor: &str) {
+        let holds = self
+            .owners
+            .get(owner_key)
+            .is_some_and(|r| r.held && r.node == target);
+        if !holds {
+            let found = self
+                .owners
+                .get(owner_key)
+                .map_or("no record".to_owned(), |r| {
+                    format!("{} ({})", r.node, if r.held { "held" } else { "released" })
+                });
+            self.violation(format!(
+                "{MOVE_UNDONE} {target} answered a take of {actor} but the ownership record names {found}"
+            ));
+        }
+    }
+
+    /// A node deleted a move key of `actor` to `target`: unless the move was
+    /// to itself, the actor must not be held by the deleting node (the old
+    /// owner claimed it back).
+    pub fn move_key_deleted(&mut self, node: &str, owner_key: &str, actor: &str, target: &str) {
+        self.log(node, format!("deleted the move key of {actor} to {target}"));
+        if node == target {
+            return;
+        }
+        if let Some(r) = self.owners.get(owner_key)
+            && r.held
+            && r.node == node
+        {
+            let applied_ms = r.applied_ms;
+            self.violation(format!(
+                "{MOVE_UNDONE} {node} deleted the move of {actor} to {target} while it holds the actor itself (record applied at {applied_ms} ms)"
+            ));
         }
     }
 

@@ -1,36 +1,39 @@
-//! The cluster protocol under the deterministic simulation (ADR 0006).
-//!
-//! The file keeps the name of the seed's madsim test: its drain and move
-//! scenarios come when node drain and actor move exist in the server. For
-//! now it holds the lease and ownership scenarios: three nodes with skewed
-//! wall clocks, a slow, failing, reply-losing, partitioning bucket, crashes
-//! and heartbeat pauses, with the checkers of `wasmkeep_sim::truth` running
-//! after every commit and at the end.
+//! The cluster under the deterministic simulation (ADR 0006): three real
+//! `wasmkeep_server::Node`s with skewed wall clocks, a slow, failing,
+//! reply-losing, partitioning bucket, a lossy, partitioning network, crashes
+//! and pauses, clients incrementing counters, and an operator draining
+//! nodes, moving actors and setting alarms. The checkers of
+//! `wasmkeep_sim::truth` run at every commit and at the end.
 //!
 //! `SIM_SEED=<n>` replays one seed, `SIM_SEEDS=a..b` runs a range,
 //! `SIM_TRACE=<file>` writes the trace of the last seed run.
 
 use std::time::{Duration, Instant};
 
-use wasmkeep_sim::{SimConfig, SimReport, repro_command, run, seeds_from_env};
+use wasmkeep_sim::{
+    FaultConfig, OperatorConfig, SimConfig, SimReport, repro_command, run, seeds_from_env,
+};
 
 const BINARY: &str = "madsim_drain";
-/// Seeds every `cargo test` runs (a few seconds on one core).
+/// Seeds every `cargo test` runs of the lease scenario (a few seconds on one core).
 const CI_SEEDS: std::ops::Range<u64> = 0..200;
+/// Seeds every `cargo test` runs of each drain and move scenario.
+const CI_SEEDS_OPERATOR: std::ops::Range<u64> = 0..100;
 
 /// Runs the seeds; fails at the first seed with a violation of a checker
 /// not in `tolerated`, printing the seed and the command that replays it.
-fn run_seeds(test_name: &str, tolerated: &[&str]) -> Vec<SimReport> {
-    let seeds = seeds_from_env(CI_SEEDS).expect("SIM_SEED / SIM_SEEDS parse");
+fn run_seeds(
+    test_name: &str,
+    default_seeds: std::ops::Range<u64>,
+    config: impl Fn(u64) -> SimConfig,
+    tolerated: &[&str],
+) -> Vec<SimReport> {
+    let seeds = seeds_from_env(default_seeds).expect("SIM_SEED / SIM_SEEDS parse");
     let started = Instant::now();
     let mut reports = Vec::new();
     let mut simulated = Duration::ZERO;
     for seed in seeds {
-        let report = run(&SimConfig {
-            seed,
-            ..SimConfig::default()
-        })
-        .expect("the runtime starts");
+        let report = run(&config(seed)).expect("the runtime starts");
         simulated += report.simulated;
         if let Ok(path) = std::env::var("SIM_TRACE") {
             std::fs::write(&path, report.trace.join("\n")).expect("SIM_TRACE is writable");
@@ -70,15 +73,89 @@ fn run_seeds(test_name: &str, tolerated: &[&str]) -> Vec<SimReport> {
 /// wasmkeep-cluster when first written: ADR 0006, Findings.)
 #[test]
 fn one_owner_under_every_fault() {
-    run_seeds("one_owner_under_every_fault", &[]);
+    run_seeds(
+        "one_owner_under_every_fault",
+        CI_SEEDS,
+        |seed| SimConfig {
+            seed,
+            ..SimConfig::default()
+        },
+        &[],
+    );
+}
+
+/// Drains (and undrains) under client load and every fault, with alarms due
+/// during the drains: besides the lease and ownership checkers, every
+/// acknowledged alarm fires, and a node still asked to drain once the
+/// faults healed ends with no actor.
+#[test]
+fn drain_under_concurrent_events_with_an_alarm_due() {
+    run_seeds(
+        "drain_under_concurrent_events_with_an_alarm_due",
+        CI_SEEDS_OPERATOR,
+        |seed| SimConfig {
+            seed,
+            operator: OperatorConfig {
+                moves: false,
+                moves_then_drain: false,
+                ..OperatorConfig::mixed()
+            },
+            ..SimConfig::default()
+        },
+        &[],
+    );
+}
+
+/// Moves under client load and every fault, with alarms due during them:
+/// a move the old owner ends never leaves the actor with that old owner,
+/// and every acknowledged alarm fires.
+#[test]
+fn move_under_concurrent_events_with_an_alarm_due() {
+    run_seeds(
+        "move_under_concurrent_events_with_an_alarm_due",
+        CI_SEEDS_OPERATOR,
+        |seed| SimConfig {
+            seed,
+            operator: OperatorConfig {
+                drains: false,
+                moves_then_drain: false,
+                ..OperatorConfig::mixed()
+            },
+            ..SimConfig::default()
+        },
+        &[],
+    );
+}
+
+/// Everything at once: drains, moves (some to a node asked to drain a
+/// moment later), alarms, crashes, pauses, bucket and network partitions,
+/// a slow and flaky bucket.
+#[test]
+fn mixed_drains_moves_crashes_partitions() {
+    run_seeds(
+        "mixed_drains_moves_crashes_partitions",
+        CI_SEEDS_OPERATOR,
+        |seed| SimConfig {
+            seed,
+            operator: OperatorConfig::mixed(),
+            faults: FaultConfig {
+                steps: 16,
+                ..FaultConfig::default()
+            },
+            ..SimConfig::default()
+        },
+        &[],
+    );
 }
 
 #[test]
 fn same_seed_gives_same_trace() {
     let seeds = seeds_from_env(7..9).expect("SIM_SEED / SIM_SEEDS parse");
     for seed in seeds {
+        // The richest scenario: drains, moves, alarms and every fault.
         let config = SimConfig {
             seed,
+            operator: OperatorConfig::mixed(),
             ..SimConfig::default()
         };
         let first = run(&config).expect("the runtime starts");

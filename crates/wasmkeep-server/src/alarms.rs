@@ -7,10 +7,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
+use wasmkeep_cluster::Clock;
 use wasmkeep_types::ActorId;
 
 /// One delivery the timer asks for.
@@ -29,28 +30,35 @@ struct TimerState {
     by_actor: HashMap<ActorId, i64>,
 }
 
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-}
-
 /// Delay before retry `retry_count + 1` of a failed alarm: `first * 2^retry_count`.
 pub fn retry_delay(first: Duration, retry_count: u32) -> Duration {
     first.saturating_mul(1u32 << retry_count.min(20))
 }
 
-#[derive(Debug, Default)]
+/// Alarm times are wall-clock milliseconds of the node's [`Clock`] (the
+/// guest sets them so); the timer sleeps on tokio's monotonic time, so a
+/// simulated node's timer runs on virtual time.
 pub struct AlarmTimer {
     state: Mutex<TimerState>,
     wake: Notify,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for AlarmTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlarmTimer")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AlarmTimer {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+    pub fn new(clock: Arc<dyn Clock>) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::default(),
+            wake: Notify::new(),
+            clock,
+        })
     }
 
     /// Schedules `fire` at `due_ms`, replacing whatever the actor had.
@@ -169,15 +177,19 @@ impl AlarmTimer {
             if *shutdown.borrow() {
                 return;
             }
-            let (fired, next) = self.take_due(now_ms());
+            let (fired, next) = self.take_due(self.clock.wall_ms());
             for fire in fired {
                 deliver(fire);
             }
             let sleep = next
-                .map(|due| Duration::from_millis(u64::try_from(due - now_ms()).unwrap_or(0)))
+                .map(|due| {
+                    Duration::from_millis(u64::try_from(due - self.clock.wall_ms()).unwrap_or(0))
+                })
                 .unwrap_or(SLEEP_MAX)
                 .min(SLEEP_MAX);
             tokio::select! {
+                // Checked in order: a run replays the same way (ADR 0006).
+                biased;
                 _ = tokio::time::sleep(sleep) => {}
                 _ = self.wake.notified() => {}
                 _ = shutdown.changed() => {}
@@ -204,7 +216,7 @@ mod tests {
 
     #[test]
     fn due_entries_come_out_in_time_order_and_once() {
-        let timer = AlarmTimer::new();
+        let timer = AlarmTimer::new(Arc::new(wasmkeep_cluster::SystemClock));
         timer.set(
             30,
             Fire {
@@ -243,7 +255,7 @@ mod tests {
 
     #[test]
     fn set_replaces_and_follow_clears() {
-        let timer = AlarmTimer::new();
+        let timer = AlarmTimer::new(Arc::new(wasmkeep_cluster::SystemClock));
         timer.follow(&actor("a"), Some(100));
         timer.follow(&actor("a"), Some(20));
         assert_eq!(timer.len(), 1);
@@ -265,7 +277,7 @@ mod tests {
 
     #[tokio::test]
     async fn run_delivers_a_due_alarm() {
-        let timer = AlarmTimer::new();
+        let timer = AlarmTimer::new(Arc::new(wasmkeep_cluster::SystemClock));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let (_stop, shutdown) = watch::channel(false);
         tokio::spawn(Arc::clone(&timer).run(
@@ -275,7 +287,7 @@ mod tests {
             shutdown,
         ));
         timer.set(
-            now_ms() + 20,
+            wasmkeep_cluster::SystemClock.wall_ms() + 20,
             Fire {
                 actor: actor("a"),
                 scheduled_ms: 7,

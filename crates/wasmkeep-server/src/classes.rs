@@ -7,9 +7,10 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use wasmkeep_bucket::Bucket;
-use wasmkeep_runtime::{ClassComponent, Runtime};
+use wasmkeep_runtime::Runtime;
 use wasmkeep_types::{ClassName, Keys};
 
+use crate::guest::{GuestClass, GuestEngine, WasmtimeEngine};
 use crate::node::Node;
 use crate::{Error, Result};
 
@@ -25,14 +26,25 @@ pub async fn deploy(
     bytes: Vec<u8>,
     runtime: &Runtime,
 ) -> Result<String> {
-    let runtime = runtime.clone();
-    let (component, bytes) = tokio::task::spawn_blocking(move || {
-        let component = runtime.load_component(&bytes);
-        (component, bytes)
-    })
+    deploy_with(
+        bucket,
+        keys,
+        class,
+        bytes,
+        &WasmtimeEngine::new(runtime.clone()),
+    )
     .await
-    .map_err(|e| Error::Runtime(format!("compile task failed: {e}")))?;
-    let component = component.map_err(|e| Error::Component(e.to_string()))?;
+}
+
+/// [`deploy`], validating with any guest engine.
+pub async fn deploy_with(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    class: &ClassName,
+    bytes: Vec<u8>,
+    engine: &dyn GuestEngine,
+) -> Result<String> {
+    let component = engine.load(bytes.clone()).await?;
     let digest = component.digest().to_owned();
     let key = keys.class_component(class, &digest);
     match bucket.put_if_absent(&key, Bytes::from(bytes)).await {
@@ -51,16 +63,12 @@ pub async fn deploy(
 pub async fn load(
     bucket: &dyn Bucket,
     keys: &Keys,
-    runtime: &Runtime,
+    engine: &dyn GuestEngine,
     class: &ClassName,
     digest: &str,
-) -> Result<ClassComponent> {
+) -> Result<Arc<dyn GuestClass>> {
     let object = bucket.get(&keys.class_component(class, digest)).await?;
-    let runtime = runtime.clone();
-    let component = tokio::task::spawn_blocking(move || runtime.load_component(&object.bytes))
-        .await
-        .map_err(|e| Error::Runtime(format!("compile task failed: {e}")))?
-        .map_err(|e| Error::Component(e.to_string()))?;
+    let component = engine.load(object.bytes.to_vec()).await?;
     if component.digest() != digest {
         return Err(Error::Component(format!(
             "class {class}: stored component has digest {}, not {digest}",
@@ -93,9 +101,9 @@ pub async fn poll(node: &Arc<Node>) -> Result<()> {
         if node.class_digest(&class).as_deref() == Some(digest.as_str()) {
             continue;
         }
-        match load(&*node.bucket, &node.keys, &node.runtime, &class, &digest).await {
+        match load(&*node.bucket, &node.keys, &*node.guest, &class, &digest).await {
             Ok(component) => {
-                tracing::info!(%class, %digest, from_cache = component.from_cache(), "class version loaded");
+                tracing::info!(%class, %digest, from_cache = component.was_cached(), "class version loaded");
                 node.metrics.class_loads.fetch_add(1, Ordering::Relaxed);
                 node.set_class(class, component);
             }

@@ -68,6 +68,9 @@ impl Bucket for CountingBucket {
     async fn delete(&self, key: &str) -> Result<()> {
         counted!(self, "delete", self.inner.delete(key))
     }
+    async fn delete_not_durable(&self, key: &str) -> Result<()> {
+        counted!(self, "delete", self.inner.delete_not_durable(key))
+    }
     async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
         counted!(
             self,

@@ -227,6 +227,50 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
         }
         Err(e) => return Err(Error::BadRequest(format!("reading the body failed: {e}"))),
     };
+    dispatch_actor(
+        node,
+        Call {
+            actor,
+            path,
+            method,
+            raw_path,
+            raw_query,
+            headers,
+            body,
+            signed,
+        },
+    )
+    .await
+}
+
+/// An actor request whose body was read, as it arrived.
+struct Call {
+    actor: ActorId,
+    /// The part after `/<tenant>/<class>/<name>`, query included.
+    path: String,
+    method: String,
+    raw_path: String,
+    raw_query: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    /// It carries a signature header (verified or not).
+    signed: bool,
+}
+
+/// The transport-independent part of an actor request: judges and strips
+/// the markers, answers node calls (alarm hand-off, take), runs the request
+/// through `ensure_owner`.
+async fn dispatch_actor(node: &Arc<Node>, call: Call) -> Result<HttpResponse> {
+    let Call {
+        actor,
+        path,
+        method,
+        raw_path,
+        raw_query,
+        mut headers,
+        body,
+        signed,
+    } = call;
     let markers: Markers = cluster::judge(node, &method, &raw_path, &raw_query, &headers, &body);
     if signed && markers.from.is_none() {
         // A refused signature makes it an ordinary client request.
@@ -275,6 +319,80 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
     let mut response = to_http(routed.response)?;
     add_node_header(&mut response, &routed.ran_on);
     Ok(response)
+}
+
+/// Answers one node call delivered without HTTP (the simulation's
+/// transport): the same checks and dispatch as an HTTP request to an actor's
+/// path, errors turned into their responses. Never fails.
+pub async fn answer_call(
+    node: &Arc<Node>,
+    method: &str,
+    raw_path: &str,
+    raw_query: &str,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+) -> crate::peer::PeerReply {
+    let result = async {
+        let query = (!raw_query.is_empty()).then_some(raw_query);
+        let Route::Actor { actor, path } = route(raw_path, query)? else {
+            return Err(Error::BadRequest(format!(
+                "{raw_path} is not an actor's path"
+            )));
+        };
+        let signed = headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(wasmkeep_cluster::signing::HEADER_SIGNATURE));
+        if !signed {
+            check_tenant_token(node, &actor, &headers).await?;
+        }
+        node.class(&actor.class)?;
+        let limit = node.config.limits.body_bytes_max;
+        if body.len() > limit {
+            return Err(Error::BodyTooLarge { limit_bytes: limit });
+        }
+        dispatch_actor(
+            node,
+            Call {
+                actor,
+                path,
+                method: method.to_owned(),
+                raw_path: raw_path.to_owned(),
+                raw_query: raw_query.to_owned(),
+                headers,
+                body,
+                signed,
+            },
+        )
+        .await
+    }
+    .await;
+    let mut response = match result {
+        Ok(response) => response,
+        Err(e) => error_response(&e),
+    };
+    if !response.headers().contains_key(HEADER_NODE) {
+        add_node_header(&mut response, node.node_id.as_str());
+    }
+    node.metrics.request(response.status().as_u16());
+    let (parts, body) = response.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes().to_vec())
+        .unwrap_or_default();
+    crate::peer::PeerReply {
+        status: parts.status.as_u16(),
+        headers: parts
+            .headers
+            .iter()
+            .filter_map(|(n, v)| {
+                v.to_str()
+                    .ok()
+                    .map(|v| (n.as_str().to_owned(), v.to_owned()))
+            })
+            .collect(),
+        body,
+    }
 }
 
 /// Checks a client request's bearer token against its tenant's tokens

@@ -20,6 +20,8 @@
 //! - [`drain`]: draining the node (ADR 0014): drain key, line 9, hand-over of every actor.
 //! - [`moves`]: moving one actor (ADR 0017): move keys, the move job, the take call and job.
 //! - [`classes`]: deploy and the class poll. [`metrics`], [`counting`]: Prometheus.
+//! - [`guest`]: the guest runtime behind traits (wasmtime in production);
+//!   [`peer`]: outgoing node calls behind a trait (HTTP in production).
 //! - [`cli`]: the command line.
 //!
 //! Invariants: an actor's events never overlap (only its mailbox task touches
@@ -36,18 +38,22 @@ pub mod config;
 pub mod counting;
 pub mod drain;
 pub mod error;
+pub mod guest;
+pub mod heap;
 pub mod host;
 pub mod http;
 mod mailbox;
 pub mod metrics;
 pub mod moves;
 pub mod node;
+pub mod peer;
 pub mod relay;
 pub mod route;
 pub mod secrets;
+pub mod signal;
 pub mod sockets;
 pub mod tenants;
 
 pub use config::{Limits, NodeConfig};
 pub use error::{Error, Result};
-pub use node::{Node, Owner};
+pub use node::{Node, Owner, Platform};

@@ -3,15 +3,17 @@
 //! hints, signer) and the long-running parts (alarm timer, alarm sweep, class
 //! poll, heartbeat) started and stopped together.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use wasmkeep_bucket::Bucket;
-use wasmkeep_runtime::{ClassComponent, Request, Response, Runtime};
+use wasmkeep_runtime::{Request, Response, Runtime};
 use wasmkeep_store::StoreConfig;
 use wasmkeep_types::{ActorId, ClassName, Keys};
 
@@ -19,16 +21,17 @@ use wasmkeep_cluster::hints::Hints;
 use wasmkeep_cluster::{
     Clock, LeaseObserver, NodeLease, OsRandom, Ownership, Peers, Random, Signer, SystemClock,
 };
-use wasmkeep_transport::PeerClient;
 use wasmkeep_types::NodeId;
 use wasmkeep_types::heartbeat::{DrainState, NodeState};
 
-use crate::alarms::{AlarmTimer, Fire, now_ms};
+use crate::alarms::{AlarmTimer, Fire};
 use crate::cluster::{self, Hop, Routed};
 use crate::counting::CountingBucket;
+use crate::guest::{GuestClass, GuestEngine, WasmtimeEngine};
 use crate::host::SharedSockets;
 use crate::mailbox::{self, Job};
 use crate::metrics::Metrics;
+use crate::signal::Signal;
 use crate::{Error, NodeConfig, Result, classes};
 
 /// A resident actor's in-memory state shared outside its mailbox.
@@ -48,7 +51,7 @@ pub struct Stub {
     /// without releasing it (self-fencing).
     pub(crate) fenced: AtomicBool,
     /// How the activation went; `ensure_owner` waits for it.
-    pub(crate) activation: watch::Sender<Activation>,
+    pub(crate) activation: Signal<Activation>,
 }
 
 /// The outcome of a stub's activation.
@@ -66,8 +69,8 @@ pub(crate) enum Activation {
 }
 
 impl Stub {
-    fn touch(&self) {
-        self.last_used_ms.store(now_ms(), Ordering::Relaxed);
+    fn touch(&self, now_ms: i64) {
+        self.last_used_ms.store(now_ms, Ordering::Relaxed);
     }
 
     pub fn open_sockets(&self) -> usize {
@@ -90,6 +93,16 @@ impl Stub {
     }
 }
 
+/// A hand-over under way: dropping it (at its end, or if the hand-over
+/// stops early) tells whoever waits to activate the actor again.
+pub(crate) struct Released(Arc<Signal<bool>>);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.0.set(true);
+    }
+}
+
 /// Where an actor runs.
 #[derive(Debug, Clone)]
 pub enum Owner {
@@ -102,14 +115,15 @@ pub enum Owner {
 enum Entry {
     Live(Arc<Stub>),
     /// Hibernating: wait for `true`, then look again.
-    Releasing(watch::Receiver<bool>),
+    Releasing(Arc<Signal<bool>>),
 }
 
 pub struct Node {
     pub config: NodeConfig,
     pub bucket: Arc<dyn Bucket>,
     pub keys: Keys,
-    pub runtime: Runtime,
+    /// Loads classes and runs guests (wasmtime, or the simulation's actor).
+    pub guest: Arc<dyn GuestEngine>,
     pub node_id: NodeId,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
@@ -121,7 +135,7 @@ pub struct Node {
     /// Signs and verifies node calls; `None` without a cluster key.
     pub signer: Option<Arc<Signer>>,
     /// Sends signed calls to peers; `None` without a cluster key.
-    pub peer_client: Option<PeerClient>,
+    pub transport: Option<Arc<dyn crate::peer::PeerTransport>>,
     /// TLS roots for calls to `https` peers (the WebSocket relay).
     pub(crate) tls_client: Arc<rustls::ClientConfig>,
     /// The advertised URL (heartbeat line 3).
@@ -131,9 +145,14 @@ pub struct Node {
     pub(crate) heartbeat_lock: tokio::sync::Mutex<()>,
     /// Turned true once the lease was resigned: the heartbeat task stops.
     pub(crate) resigned_tx: watch::Sender<bool>,
+    /// The incarnation whose lease has not been valid yet, and when its first
+    /// heartbeat write was tried (see `cluster::renew`).
+    pub(crate) unproven: Mutex<Option<(String, Instant)>>,
     pub(crate) store_config: StoreConfig,
-    classes: RwLock<HashMap<ClassName, ClassComponent>>,
-    actors: Mutex<HashMap<ActorId, Entry>>,
+    classes: RwLock<HashMap<ClassName, Arc<dyn GuestClass>>>,
+    /// Ordered, so every pass over the actors (drain, eviction ties) goes
+    /// in the same order on every run (the simulation replays seeds).
+    actors: Mutex<BTreeMap<ActorId, Entry>>,
     actors_changed: Notify,
     pub(crate) timer: Arc<AlarmTimer>,
     shutdown_tx: watch::Sender<bool>,
@@ -146,6 +165,31 @@ pub struct Node {
     pub secrets: crate::secrets::Secrets,
     /// Tenant bearer tokens on client requests.
     pub tenants: crate::tenants::TenantGate,
+}
+
+/// What a node runs on besides its configuration and bucket.
+pub struct Platform {
+    /// Loads classes and runs guests.
+    pub guest: Arc<dyn GuestEngine>,
+    pub clock: Arc<dyn Clock>,
+    pub random: Arc<dyn Random>,
+    /// Signs and verifies node calls; `None`: from `--cluster-key-file`, if given.
+    pub signer: Option<Arc<Signer>>,
+    /// Sends node calls (used only with a signer); `None`: HTTP(S).
+    pub transport: Option<Arc<dyn crate::peer::PeerTransport>>,
+}
+
+impl Platform {
+    /// wasmtime, the system clock, the OS's randomness, HTTP(S) peer calls.
+    pub fn production(runtime: Runtime) -> Self {
+        Self {
+            guest: Arc::new(WasmtimeEngine::new(runtime)),
+            clock: Arc::new(SystemClock),
+            random: Arc::new(OsRandom),
+            signer: None,
+            transport: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Node {
@@ -165,24 +209,23 @@ impl Node {
         bucket: Arc<dyn Bucket>,
         runtime: Runtime,
     ) -> Result<Arc<Self>> {
-        Self::start_with(
-            config,
-            bucket,
-            runtime,
-            Arc::new(SystemClock),
-            Arc::new(OsRandom),
-        )
-        .await
+        Self::start_with(config, bucket, Platform::production(runtime)).await
     }
 
-    /// [`start`](Self::start) with the given clock and randomness.
+    /// [`start`](Self::start) on the given platform: guest engine, clock,
+    /// randomness, signer and transport (the simulation gives its own).
     pub async fn start_with(
         config: NodeConfig,
         bucket: Arc<dyn Bucket>,
-        runtime: Runtime,
-        clock: Arc<dyn Clock>,
-        random: Arc<dyn Random>,
+        platform: Platform,
     ) -> Result<Arc<Self>> {
+        let Platform {
+            guest,
+            clock,
+            random,
+            signer,
+            transport,
+        } = platform;
         let metrics = Arc::new(Metrics::default());
         let bucket: Arc<dyn Bucket> = Arc::new(CountingBucket::new(bucket, Arc::clone(&metrics)));
         let (shutdown_tx, _) = watch::channel(false);
@@ -218,29 +261,37 @@ impl Node {
         );
         let tls_client = wasmkeep_transport::tls::client_config(config.tls_ca.as_deref())
             .map_err(|e| Error::Config(e.to_string()))?;
-        let signer = match &config.cluster_key_file {
-            Some(path) => Some(Arc::new(Signer::from_key_file(
+        let signer = match (signer, &config.cluster_key_file) {
+            (Some(signer), _) => Some(signer),
+            (None, Some(path)) => Some(Arc::new(Signer::from_key_file(
                 path,
                 node_id.to_string(),
                 Arc::clone(&clock),
                 Arc::clone(&random),
             )?)),
-            None => None,
+            (None, None) => None,
         };
         let secrets =
             crate::secrets::Secrets::load(&*bucket, &keys, config.secrets_identity.as_deref())
                 .await?;
         let tenants = crate::tenants::TenantGate::new(config.tenant_tokens);
-        let peer_client = signer
-            .as_ref()
-            .map(|s| PeerClient::new(Arc::clone(s), Arc::clone(&tls_client)));
+        let transport = match transport {
+            Some(transport) if signer.is_some() => Some(transport),
+            _ => signer.as_ref().map(|s| {
+                let http: Arc<dyn crate::peer::PeerTransport> = Arc::new(
+                    crate::peer::HttpTransport::new(Arc::clone(s), Arc::clone(&tls_client)),
+                );
+                http
+            }),
+        };
+        let timer = AlarmTimer::new(Arc::clone(&clock));
         let node = Arc::new(Self {
             keys,
             node_id,
             advertise: config.advertise_url(),
             config,
             bucket,
-            runtime,
+            guest,
             metrics,
             hints: Hints::new(Arc::clone(&clock)),
             clock,
@@ -249,16 +300,17 @@ impl Node {
             peers,
             ownership,
             signer,
-            peer_client,
+            transport,
             tls_client,
             state: Mutex::new(NodeState::Starting),
             heartbeat_lock: tokio::sync::Mutex::new(()),
             resigned_tx,
+            unproven: Mutex::new(None),
             store_config: StoreConfig::default(),
             classes: RwLock::new(HashMap::new()),
-            actors: Mutex::new(HashMap::new()),
+            actors: Mutex::new(BTreeMap::new()),
             actors_changed: Notify::new(),
-            timer: AlarmTimer::new(),
+            timer,
             shutdown_tx,
             socket_ids: AtomicU64::new(1),
             drain: crate::drain::Drain::default(),
@@ -296,6 +348,7 @@ impl Node {
         let node = Arc::clone(self);
         let mut shutdown = self.shutdown_rx();
         tokio::spawn(async move {
+            let heap_trim = crate::heap::HeapTrim::default();
             let mut next_sweep = Instant::now();
             loop {
                 if Instant::now() >= next_sweep {
@@ -305,6 +358,8 @@ impl Node {
                     next_sweep = Instant::now() + node.config.alarm_sweep_period;
                 }
                 tokio::select! {
+                    // Checked in order: a run replays the same way (ADR 0006).
+                    biased;
                     _ = tokio::time::sleep(node.config.heartbeat_period) => {}
                     _ = shutdown.changed() => return,
                 }
@@ -314,6 +369,7 @@ impl Node {
                 if let Err(e) = classes::poll(&node).await {
                     tracing::warn!(error = %e, "class poll failed");
                 }
+                heap_trim.after_unloads(&node.metrics);
             }
         });
     }
@@ -332,7 +388,7 @@ impl Node {
 
     // ---- classes -------------------------------------------------------
 
-    pub fn class(&self, class: &ClassName) -> Result<ClassComponent> {
+    pub fn class(&self, class: &ClassName) -> Result<Arc<dyn GuestClass>> {
         if !self.config.serves_class(class) {
             return Err(Error::UnknownClass(class.to_string()));
         }
@@ -350,7 +406,7 @@ impl Node {
             .map(|c| c.digest().to_owned())
     }
 
-    pub(crate) fn set_class(&self, class: ClassName, component: ClassComponent) {
+    pub(crate) fn set_class(&self, class: ClassName, component: Arc<dyn GuestClass>) {
         self.classes.write().insert(class, component);
     }
 
@@ -371,14 +427,14 @@ impl Node {
         let mut drain_looked = false;
         let stub = loop {
             // `None`: look elsewhere first (the node drains).
-            let waiter: Option<watch::Receiver<bool>> = {
+            let waiter: Option<Arc<Signal<bool>>> = {
                 let mut actors = self.actors.lock();
                 match actors.get(actor) {
                     Some(Entry::Live(stub)) => {
-                        stub.touch();
+                        stub.touch(self.clock.wall_ms());
                         break Arc::clone(stub);
                     }
-                    Some(Entry::Releasing(rx)) => Some(rx.clone()),
+                    Some(Entry::Releasing(released)) => Some(Arc::clone(released)),
                     None => {
                         // A drained node that stops still sends events on.
                         let drain_look = !drain_looked && self.drain.is_active();
@@ -425,8 +481,8 @@ impl Node {
             };
             match waiter {
                 // A hibernating actor is released before it is activated again.
-                Some(mut waiter) => {
-                    let _ = waiter.wait_for(|released| *released).await;
+                Some(waiter) => {
+                    waiter.wait_for(|released| *released).await;
                 }
                 None => {
                     if let Some(owner) = self.drain_route(actor).await? {
@@ -436,15 +492,10 @@ impl Node {
                 }
             }
         };
-        let mut activation = stub.activation.subscribe();
-        let outcome = activation
+        let outcome = stub
+            .activation
             .wait_for(|a| !matches!(a, Activation::Pending))
-            .await
-            .map(|a| a.clone())
-            .unwrap_or(Activation::Failed {
-                reason: "the actor's mailbox stopped".into(),
-                unknown_class: None,
-            });
+            .await;
         match outcome {
             Activation::Ready | Activation::Pending => Ok(Owner::Local(stub)),
             Activation::Elsewhere(peer) => self.elsewhere(actor, peer),
@@ -527,7 +578,7 @@ impl Node {
 
     /// Asks the least recently used idle actor to hibernate, or refuses when
     /// every resident actor is busy.
-    fn evict_lru(&self, actors: &HashMap<ActorId, Entry>) -> Result<()> {
+    fn evict_lru(&self, actors: &BTreeMap<ActorId, Entry>) -> Result<()> {
         let victim = actors
             .values()
             .filter_map(|e| match e {
@@ -555,12 +606,12 @@ impl Node {
             id,
             tx,
             sockets: SharedSockets::default(),
-            last_used_ms: AtomicI64::new(now_ms()),
+            last_used_ms: AtomicI64::new(self.clock.wall_ms()),
             broken: AtomicBool::new(false),
             broken_notify: Notify::new(),
             waiting_on: Mutex::new(None),
             fenced: AtomicBool::new(false),
-            activation: watch::channel(Activation::Pending).0,
+            activation: Signal::new(Activation::Pending),
         });
         tokio::spawn(mailbox::run(Arc::clone(self), Arc::clone(&stub), rx));
         stub
@@ -573,7 +624,7 @@ impl Node {
         stub: &Arc<Stub>,
         idle_only: bool,
         queue_empty: bool,
-    ) -> Option<watch::Sender<bool>> {
+    ) -> Option<Released> {
         let mut actors = self.actors.lock();
         let ours = matches!(actors.get(&stub.id), Some(Entry::Live(s)) if Arc::ptr_eq(s, stub));
         if !ours {
@@ -582,13 +633,13 @@ impl Node {
         if idle_only && (!queue_empty || stub.open_sockets() > 0) {
             return None;
         }
-        let (tx, rx) = watch::channel(false);
-        actors.insert(stub.id.clone(), Entry::Releasing(rx));
-        Some(tx)
+        let released = Arc::new(Signal::new(false));
+        actors.insert(stub.id.clone(), Entry::Releasing(Arc::clone(&released)));
+        Some(Released(released))
     }
 
     /// Last step of a hand-over: forget the actor and wake whoever waits.
-    pub(crate) fn end_release(&self, stub: &Arc<Stub>, released: Option<watch::Sender<bool>>) {
+    pub(crate) fn end_release(&self, stub: &Arc<Stub>, released: Option<Released>) {
         let mut actors = self.actors.lock();
         match actors.get(&stub.id) {
             Some(Entry::Releasing(_)) if released.is_some() => {
@@ -603,9 +654,8 @@ impl Node {
             .resident_actors
             .store(actors.len() as i64, Ordering::Relaxed);
         drop(actors);
-        if let Some(tx) = released {
-            let _ = tx.send(true);
-        }
+        // Dropping it wakes whoever waits for the release.
+        drop(released);
         self.actors_changed.notify_waiters();
     }
 
@@ -838,7 +888,7 @@ impl Node {
                             | Error::HeldElsewhere { .. }
                     )
                 {
-                    let retry_at = now_ms() + 1000;
+                    let retry_at = node.clock.wall_ms() + 1000;
                     node.timer.set(retry_at, fire);
                 }
             }
@@ -848,7 +898,7 @@ impl Node {
     /// Lists the alarm index and arms the timer for alarms of actors that are
     /// not resident here and fall due before the next sweep.
     pub async fn sweep_alarms(self: &Arc<Self>) -> Result<()> {
-        let horizon_ms = now_ms()
+        let horizon_ms = self.clock.wall_ms()
             + i64::try_from(self.config.alarm_sweep_period.as_millis()).unwrap_or(i64::MAX);
         for meta in self.bucket.list(&self.keys.alarms_prefix()).await? {
             let Ok(actor) = self.keys.parse_alarm_key(&meta.key) else {

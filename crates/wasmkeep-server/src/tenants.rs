@@ -8,10 +8,11 @@
 //! a revoke takes effect within [`TOKEN_VALID_CACHE`].
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use sha2::{Digest as _, Sha256};
+use tokio::time::Instant;
 use wasmkeep_bucket::Bucket;
 use wasmkeep_types::{Keys, TenantName};
 

@@ -317,7 +317,61 @@ async fn edges_body(c: &mut Cluster) -> anyhow::Result<()> {
         r.text(),
         r.node()
     );
+
+    // Once the app has secrets (a recipient), a target without the identity
+    // cannot open them: it refuses the take with 503, the key stays, and the
+    // actor stays reachable.
+    let identity = tempfile::tempdir()?;
+    let identity_file = identity.path().join("app.key");
+    c.cli(&[
+        "secret",
+        "keygen",
+        "--identity-file",
+        identity_file.to_str().context("a UTF-8 temp path")?,
+    ])
+    .await?;
+    let r = c
+        .send_retrying(0, "POST", "/t/counter/e3/increment", deadline)
+        .await?;
+    ensure!(
+        r.node() == Some(n0.as_str()),
+        "e3 not on node 0: {:?}",
+        r.node()
+    );
+    let _keep_resident = c.http.websocket(&c.url(0, "/t/counter/e3/ws")).await?;
+    c.cli(&["actor", "move", "t/counter/e3", "--to", &n1])
+        .await?;
+    wait_metric_at_least(c, 0, "wasmkeep_moves_retried_total", 1.0).await?;
+    let key = move_key_path(c, "e3", &n1)?;
+    ensure!(key.exists(), "the move key {} was deleted", key.display());
+    let r = c
+        .send_retrying(2, "POST", "/t/counter/e3/increment", deadline)
+        .await?;
+    ensure!(
+        r.status == 200 && r.text() == "2",
+        "e3 after a refused take: {} {}",
+        r.status,
+        r.text()
+    );
+    let h = holder(c, "t/counter/e3").await?;
+    ensure!(
+        h.as_deref() != Some(n1.as_str()),
+        "the refusing target holds e3"
+    );
     Ok(())
+}
+
+/// The file of a move key of actor `t/counter/<name>` in the folder bucket.
+fn move_key_path(c: &Cluster, name: &str, target: &str) -> anyhow::Result<std::path::PathBuf> {
+    let root = c
+        .bucket_url()
+        .strip_prefix("file://")
+        .context("a folder bucket")?;
+    Ok(std::path::Path::new(root).join(format!(
+        "apps/{}/control/move/t/counter/{}/{target}",
+        crate::runner::APP,
+        hex::encode(name)
+    )))
 }
 
 /// Polls node `i`'s metric until it reaches `at_least`.

@@ -1,0 +1,149 @@
+//! [`SimTransport`]: the network between simulated nodes. A node call is
+//! signed with the cluster's real signer (the nodes share a key) and
+//! delivered in process to the target node's
+//! `wasmkeep_server::http::answer_call`, the same checks and dispatch an
+//! HTTP request meets, after a seeded delay; the request or the answer may be
+//! lost (seeded), and a partition between two nodes, or a crashed
+//! process at either end, refuses the call. WebSocket relays are not
+//! simulated (they are HTTP upgrades only).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use wasmkeep_cluster::Signer;
+use wasmkeep_server::peer::{PeerReply, PeerTransport};
+use wasmkeep_transport::PeerCall;
+
+use crate::World;
+
+/// The port of node `index`'s advertised URL is `BASE_PORT + index`.
+pub const BASE_PORT: usize = 7000;
+
+/// The advertised URL of node `index`.
+pub fn advertise_url(index: usize) -> String {
+    format!("http://127.0.0.1:{}", BASE_PORT + index)
+}
+
+fn index_of_url(url: &str) -> Option<usize> {
+    let port: usize = url.trim_end_matches('/').rsplit(':').next()?.parse().ok()?;
+    port.checked_sub(BASE_PORT)
+}
+
+/// One node process's outgoing calls.
+pub struct SimTransport {
+    world: Arc<World>,
+    from: usize,
+    signer: Arc<Signer>,
+    /// This process's liveness: a crashed process sends nothing.
+    alive: Arc<AtomicBool>,
+}
+
+impl SimTransport {
+    pub fn new(
+        world: Arc<World>,
+        from: usize,
+        signer: Arc<Signer>,
+        alive: Arc<AtomicBool>,
+    ) -> Self {
+        Self {
+            world,
+            from,
+            signer,
+            alive,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl PeerTransport for SimTransport {
+    async fn send(
+        &self,
+        url: &str,
+        call: PeerCall,
+        body_bytes_max: usize,
+    ) -> Result<PeerReply, String> {
+        let to = index_of_url(url).ok_or_else(|| format!("no simulated node at {url}"))?;
+        let what = format!(
+            "call n{} -> n{to} {} {}{}",
+            self.from,
+            call.method,
+            call.path,
+            call.markers
+                .iter()
+                .map(|(n, v)| format!(" {n}={v}"))
+                .collect::<String>()
+        );
+        let (lost_request, lost_reply, delay, back) = self.world.network_draw();
+        let deliver = async {
+            tokio::time::sleep(delay).await;
+            if !self.alive.load(Ordering::SeqCst) {
+                return Err("the sending process crashed".to_owned());
+            }
+            if self.world.is_cut(self.from, to) {
+                return Err("connection timed out (partition)".to_owned());
+            }
+            if lost_request {
+                return Err("connection reset (request lost)".to_owned());
+            }
+            let Some(target) = self.world.node(to) else {
+                return Err("connection refused (node down)".to_owned());
+            };
+            let mut headers: Vec<(String, String)> = call
+                .headers
+                .iter()
+                .filter(|(n, _)| !wasmkeep_cluster::signing::is_marker(n))
+                .cloned()
+                .collect();
+            headers.extend(self.signer.sign(
+                call.method.as_str(),
+                &call.path,
+                &call.query,
+                &call.markers,
+                &call.body,
+            ));
+            let reply = wasmkeep_server::http::answer_call(
+                &target.node,
+                call.method.as_str(),
+                &call.path,
+                &call.query,
+                headers,
+                call.body.to_vec(),
+            )
+            .await;
+            let take = call
+                .markers
+                .iter()
+                .any(|(n, v)| n == wasmkeep_server::cluster::MARKER_TAKE && v == "1");
+            if take && reply.status == 200 {
+                // The move is done as far as the old owner will know.
+                self.world.take_answered(to, &call.path);
+            }
+            tokio::time::sleep(back).await;
+            if lost_reply || self.world.is_cut(self.from, to) || !self.alive.load(Ordering::SeqCst)
+            {
+                return Err("connection reset (reply lost)".to_owned());
+            }
+            if reply.body.len() > body_bytes_max {
+                return Err("the answer is larger than the limit".to_owned());
+            }
+            Ok(reply)
+        };
+        let result = match tokio::time::timeout(call.timeout, deliver).await {
+            Ok(result) => result,
+            Err(_) => Err("timed out".to_owned()),
+        };
+        let outcome = match &result {
+            Ok(reply) => format!(
+                "{} {}",
+                reply.status,
+                String::from_utf8_lossy(&reply.body).trim()
+            ),
+            Err(e) => e.clone(),
+        };
+        self.world
+            .truth
+            .lock()
+            .log(&format!("n{}", self.from), format!("{what}: {outcome}"));
+        result
+    }
+}
