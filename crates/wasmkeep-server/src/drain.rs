@@ -163,6 +163,14 @@ fn blocking_reason(node: &Node) -> Option<String> {
 /// Moves the drain state along: none → asked → draining → drained, and
 /// back to none when the request is withdrawn (`node undrain`).
 fn step(node: &Arc<Node>) {
+    // Counted before the status lock: `ensure_owner` reads the drain state
+    // while it holds the actors map, so the two locks are never taken in the
+    // other order (that deadlocked a SIGTERM drain under load).
+    let resident = node.resident_count();
+    // Likewise the classes and peers it reads: judged before the lock.
+    let blocked = (node.drain.state() == DrainState::Asked)
+        .then(|| blocking_reason(node))
+        .flatten();
     let mut status = node.drain.status.lock();
     let requested = status.by_key || status.by_signal;
     if !requested {
@@ -181,7 +189,7 @@ fn step(node: &Arc<Node>) {
             tracing::info!("drain asked");
             status.state = DrainState::Asked;
         }
-        DrainState::Asked => match blocking_reason(node) {
+        DrainState::Asked => match blocked {
             Some(reason) => {
                 let now = Instant::now();
                 if status
@@ -198,10 +206,7 @@ fn step(node: &Arc<Node>) {
                 status.blocked = None;
                 node.metrics.drain_blocked.store(0, Ordering::Relaxed);
                 status.state = DrainState::Draining;
-                tracing::info!(
-                    resident = node.resident_count(),
-                    "draining: handing every resident actor over"
-                );
+                tracing::info!(resident, "draining: handing every resident actor over");
                 if !status.task_running {
                     status.task_running = true;
                     tokio::spawn(run(Arc::clone(node)));
@@ -209,7 +214,7 @@ fn step(node: &Arc<Node>) {
             }
         },
         DrainState::Draining | DrainState::Drained => {
-            status.state = if node.resident_count() == 0 {
+            status.state = if resident == 0 {
                 DrainState::Drained
             } else {
                 DrainState::Draining
@@ -255,9 +260,11 @@ async fn run(node: Arc<Node>) {
         let live: HashMap<&ActorId, &Arc<Stub>> = stubs.iter().map(|s| (&s.id, s)).collect();
         asked.retain(|id, s| live.get(id).is_some_and(|l| Arc::ptr_eq(l, s)));
         {
+            // Counted before the status lock (see `step`).
+            let resident = node.resident_count();
             let mut status = node.drain.status.lock();
             if matches!(status.state, DrainState::Draining | DrainState::Drained) {
-                status.state = if node.resident_count() == 0 {
+                status.state = if resident == 0 {
                     DrainState::Drained
                 } else {
                     DrainState::Draining
