@@ -119,6 +119,10 @@ plain_and_tls!(
     crate::BucketKind::Folder
 );
 plain_and_tls!(
+    an_alarm_due_after_the_move_fires_on_the_target_once_the_old_owner_is_gone => crate::moves::an_alarm_due_after_the_move_fires_on_the_target_once_the_old_owner_is_gone,
+    crate::BucketKind::Folder
+);
+plain_and_tls!(
     #[ignore = "a measurement; run with --ignored --nocapture"]
     measure_move_time => crate::moves::measure_move_time,
     crate::BucketKind::SeaweedFs

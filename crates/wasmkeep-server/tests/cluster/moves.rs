@@ -29,11 +29,66 @@ pub async fn moves_that_cannot_happen_now_wait_and_nobody_held_actors_are_taken(
     tls: bool,
     bucket: BucketKind,
 ) {
-    let mut options = ClusterOptions::new("move-edges", bucket, tls);
+    let mut options =
+        ClusterOptions::new("move-edges", bucket, tls).with_class("sink", "kitchen-sink");
     // Node 2 runs without the cluster key: it does not advertise `take`.
     options.without_cluster_key = vec![2];
     options.extra_args = vec!["--idle-timeout".into(), "1s".into()];
     crate::run(options, edges_body).await
+}
+
+pub async fn an_alarm_due_after_the_move_fires_on_the_target_once_the_old_owner_is_gone(
+    tls: bool,
+    bucket: BucketKind,
+) {
+    let mut options = ClusterOptions::new("move-alarm", bucket, tls);
+    options.nodes = 2;
+    // The sweep would find the alarm too; slowed, only the target's own
+    // registration (armed by the take) can fire it.
+    options.extra_args = vec!["--alarm-sweep".into(), "1h".into()];
+    crate::run(options, alarm_after_move_body).await
+}
+
+async fn alarm_after_move_body(c: &mut Cluster) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PHASE_TIME_MAX;
+    let (n0, n1) = (c.node_id(0).to_owned(), c.node_id(1).to_owned());
+    let r = c
+        .send_retrying(0, "POST", "/t/counter/late/increment", deadline)
+        .await?;
+    ensure!(
+        r.node() == Some(n0.as_str()),
+        "not on node 0: {:?}",
+        r.node()
+    );
+    let r = c
+        .http
+        .post(&c.url(0, "/t/counter/late/alarm?in_ms=2500"))
+        .await?;
+    ensure!(
+        r.status == 200,
+        "setting the alarm: {} {}",
+        r.status,
+        r.text()
+    );
+    c.cli(&["actor", "move", "t/counter/late", "--to", &n1, "--wait"])
+        .await
+        .context("the move")?;
+    c.kill9(0);
+    loop {
+        let r = c
+            .send_retrying(1, "GET", "/t/counter/late/alarms", deadline)
+            .await?;
+        ensure!(r.node() == Some(n1.as_str()), "answered by {:?}", r.node());
+        let fired = r.count()?;
+        ensure!(fired <= 1, "the alarm fired {fired} times");
+        if fired == 1 {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("the alarm due after the move never fired on the target");
+        }
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
 }
 
 pub async fn measure_move_time(tls: bool, bucket: BucketKind) {
@@ -232,6 +287,22 @@ async fn edges_body(c: &mut Cluster) -> anyhow::Result<()> {
         r.status,
         r.text(),
         r.node()
+    );
+
+    // ... and so is a take marker in a guest's call to another actor.
+    let r = c
+        .send_retrying(
+            0,
+            "POST",
+            "/t/sink/caller/call?class=counter&name=e0&path=/increment&header=x-wasmkeep-take",
+            deadline,
+        )
+        .await?;
+    ensure!(
+        r.status == 200 && r.text() == "1",
+        "a guest's call with a take marker: {} {}",
+        r.status,
+        r.text()
     );
 
     // An actor nobody holds (it hibernated after 1 s idle) is taken by the target.

@@ -154,11 +154,16 @@ impl handler::Guest for KitchenSink {
                 None => text(404, "no tag"),
             },
             "/call" => {
-                // `path` picks the callee's route (default `/inner?x=1`).
+                // `path` picks the callee's route (default `/inner?x=1`);
+                // `header` adds a header of that name with the value `1`.
+                let mut headers = vec![("x-from".into(), "kitchen-sink".into())];
+                if let Some(name) = param(path, "header") {
+                    headers.push((name.into(), "1".into()));
+                }
                 let inner = Request {
                     method: "POST".into(),
                     path: param(path, "path").unwrap_or("/inner?x=1").into(),
-                    headers: vec![("x-from".into(), "kitchen-sink".into())],
+                    headers,
                     body: request.body.clone(),
                 };
                 let class = param(path, "class").unwrap_or("other");
