@@ -192,7 +192,7 @@ fn split_query(path: &str) -> (&str, &str) {
 
 /// The transport for node calls, or 503 with a clear log when this node has
 /// no cluster key.
-fn transport<'a>(
+pub(crate) fn transport<'a>(
     node: &'a Node,
     actor: &ActorId,
     peer: &NodeId,

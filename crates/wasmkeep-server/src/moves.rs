@@ -567,9 +567,7 @@ async fn send_take(
     target: &NodeId,
     url: &str,
 ) -> Result<TakeReply> {
-    let client = node.transport.as_ref().ok_or_else(|| {
-        Error::unavailable("this node has no cluster key: it cannot send a take call")
-    })?;
+    let client = cluster::transport(node, actor, target)?;
     let call = PeerCall {
         method: http::Method::POST,
         path: format!("{}/", cluster::actor_path(actor)),
@@ -673,18 +671,13 @@ pub async fn take(node: &Arc<Node>, actor: &ActorId, tenant: &TenantName) -> Nod
             NodeAnswer::new(503, "this node's lease is not valid")
         }
         Ok(Owner::Local(_)) => NodeAnswer::new(200, "taken"),
-        Ok(Owner::Elsewhere { peer, .. }) => {
+        Ok(Owner::Elsewhere { peer, .. }) | Err(Error::HeldElsewhere { node: peer }) => {
             let mut answer = NodeAnswer::new(409, format!("node {peer} holds the actor"));
             answer.headers.push((HEADER_HOLDER, peer.to_string()));
             answer
         }
         Err(Error::UnknownClass(class)) => {
             NodeAnswer::new(404, format!("this node does not serve class {class}"))
-        }
-        Err(Error::HeldElsewhere { node: peer }) => {
-            let mut answer = NodeAnswer::new(409, format!("node {peer} holds the actor"));
-            answer.headers.push((HEADER_HOLDER, peer.to_string()));
-            answer
         }
         Err(e) => NodeAnswer::new(503, e.to_string()),
     }
