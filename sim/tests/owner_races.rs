@@ -79,6 +79,8 @@ impl TestNode {
             secrets: false,
             capabilities: BTreeSet::new(),
             generation: 0,
+            sockets_closing: 0,
+            releases_failed: 0,
         };
         self.lease
             .renew(&*self.bucket, &self.keys.node(&self.id), heartbeat)

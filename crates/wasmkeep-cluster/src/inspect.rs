@@ -28,6 +28,10 @@ pub struct NodeRow {
     pub secrets: bool,
     pub capabilities: Vec<String>,
     pub resident_actors: u64,
+    /// Sockets the node closed that are still in their close handshake.
+    pub sockets_closing: u64,
+    /// Ownership records whose release failed, not yet given back.
+    pub releases_failed: u64,
     /// Seconds since the heartbeat was last written (estimated across clocks).
     pub heartbeat_age_s: f64,
     /// The heartbeat is older than the lease TTL: the node is probably gone.
@@ -126,6 +130,8 @@ pub async fn list_nodes(
             node: hb.node.to_string(),
             address: hb.advertise,
             incarnation: hb.incarnation,
+            sockets_closing: hb.sockets_closing,
+            releases_failed: hb.releases_failed,
             state: state_word(hb.state),
             drain: drain_word(hb.drain),
             classes: match hb.classes {

@@ -434,6 +434,8 @@ mod tests {
             secrets: false,
             capabilities: BTreeSet::new(),
             generation,
+            sockets_closing: 0,
+            releases_failed: 0,
         }
     }
 

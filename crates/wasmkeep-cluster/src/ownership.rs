@@ -230,14 +230,18 @@ impl Ownership {
                         && record.node == self.me
                         && record.incarnation == mine.incarnation
                     {
-                        return Ok(AcquireOutcome::Acquired { etag });
-                    }
-                    match self.hold_status(&record).await? {
-                        HoldStatus::Valid => {
-                            return Ok(AcquireOutcome::HeldBy { node: record.node });
-                        }
-                        HoldStatus::Expired | HoldStatus::Unknown => {
-                            self.bucket.put_if_match(&key, body, &etag).await
+                        // Ours already (a release that failed): rewritten,
+                        // so the etag changes and a leftover release racing
+                        // this acquire (conditional on the old one) fails.
+                        self.bucket.put_if_match(&key, body, &etag).await
+                    } else {
+                        match self.hold_status(&record).await? {
+                            HoldStatus::Valid => {
+                                return Ok(AcquireOutcome::HeldBy { node: record.node });
+                            }
+                            HoldStatus::Expired | HoldStatus::Unknown => {
+                                self.bucket.put_if_match(&key, body, &etag).await
+                            }
                         }
                     }
                 }
@@ -287,6 +291,31 @@ impl Ownership {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(RELEASE_BACKOFF_MAX);
         }
+    }
+
+    /// The etag of this node's hold on `actor` under its current
+    /// incarnation, if the record names it: a hold left behind by a release
+    /// that failed, which [`Ownership::release_leftover`] gives back.
+    pub async fn leftover_hold(&self, actor: &ActorId) -> Result<Option<Etag>> {
+        Ok(match self.read(actor).await? {
+            Some((record, etag))
+                if record.held
+                    && record.node == self.me
+                    && record.incarnation == self.lease.incarnation() =>
+            {
+                Some(etag)
+            }
+            _ => None,
+        })
+    }
+
+    /// One attempt to release a leftover hold read by
+    /// [`Ownership::leftover_hold`]; conditional on its etag, so an acquire
+    /// of the actor by this node since that read is never undone. `true`
+    /// when the record no longer holds the actor for this node.
+    pub async fn release_leftover(&self, actor: &ActorId, etag: &Etag) -> bool {
+        let key = self.keys.owner(actor);
+        self.release_once(actor, &key, etag).await.is_ok()
     }
 
     async fn release_once(
@@ -406,6 +435,8 @@ mod tests {
                 secrets: false,
                 capabilities: BTreeSet::new(),
                 generation: 0,
+                sockets_closing: 0,
+                releases_failed: 0,
             };
             let key = self.keys.node(self.ownership.node());
             self.lease.renew(&*self.bucket, &key, hb).await.unwrap();

@@ -733,7 +733,10 @@ async fn write_drain_key(
         let progress = match row.drain {
             "none" => "waiting for the node to notice the drain key".to_owned(),
             "asked" => "asked; waiting for an eligible peer (see the node's log)".to_owned(),
-            other => format!("{other}: {} actors left", row.resident_actors),
+            other => format!(
+                "{other}: {} actors left, {} sockets closing, {} failed releases (retried)",
+                row.resident_actors, row.sockets_closing, row.releases_failed
+            ),
         };
         if progress != last {
             eprintln!("wasmkeep: node {node_id}: {progress}");

@@ -398,7 +398,13 @@ fn heartbeat(node: &Node) -> Heartbeat {
             Default::default()
         },
         generation: 0,
+        sockets_closing: count(&node.metrics.sockets_closing),
+        releases_failed: count(&node.metrics.leftover_holds),
     }
+}
+
+fn count(gauge: &std::sync::atomic::AtomicI64) -> u64 {
+    u64::try_from(gauge.load(Ordering::Relaxed)).unwrap_or(0)
 }
 
 /// Renews the node lease once (writes the heartbeat).
@@ -569,6 +575,12 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
                     .store(i64::try_from(live).unwrap_or(i64::MAX), Ordering::Relaxed);
             }
             Err(e) => tracing::warn!(error = %e, "peer refresh failed"),
+        }
+        if tokio::time::timeout(bucket_time_max, crate::leftovers::release(&node))
+            .await
+            .is_err()
+        {
+            tracing::warn!("giving back leftover ownership records timed out");
         }
         // Move keys, with the peers just refreshed (targets' line 11).
         if tokio::time::timeout(bucket_time_max, crate::moves::check(&node))

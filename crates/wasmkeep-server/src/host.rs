@@ -34,6 +34,29 @@ pub struct SocketEntry {
 #[derive(Debug, Default)]
 pub struct SocketTable {
     pub sockets: BTreeMap<u64, SocketEntry>,
+    /// Sockets a hand-over took from the table that are still finishing
+    /// their close handshake (each socket's task counts itself out).
+    pub closing: usize,
+}
+
+impl SocketTable {
+    /// Takes every socket out of the table; they count as closing until
+    /// their tasks finish the close handshake.
+    pub fn take_for_close(&mut self) -> BTreeMap<u64, SocketEntry> {
+        let taken = std::mem::take(&mut self.sockets);
+        self.closing += taken.len();
+        taken
+    }
+
+    /// Removes socket `id`. False when a hand-over took it: then it no
+    /// longer counts as closing.
+    pub fn remove_closed(&mut self, id: u64) -> bool {
+        let removed = self.sockets.remove(&id).is_some();
+        if !removed {
+            self.closing = self.closing.saturating_sub(1);
+        }
+        removed
+    }
 }
 
 pub type SharedSockets = Arc<Mutex<SocketTable>>;

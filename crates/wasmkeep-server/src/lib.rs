@@ -42,6 +42,7 @@ pub mod guest;
 pub mod heap;
 pub mod host;
 pub mod http;
+mod leftovers;
 mod mailbox;
 pub mod metrics;
 pub mod moves;

@@ -595,9 +595,7 @@ async fn hand_over(
     } else {
         "actor restarting"
     };
-    let sockets: Vec<_> = std::mem::take(&mut stub.sockets.lock().sockets)
-        .into_iter()
-        .collect();
+    let sockets: Vec<_> = stub.sockets.lock().take_for_close().into_iter().collect();
     for (id, entry) in sockets {
         let _ = entry.tx.try_send(Outgoing::Close(code, reason.to_owned()));
         node.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
@@ -630,13 +628,24 @@ async fn hand_over(
     // The committed alarm, read before the database closes.
     let alarm = host(&mut instance).store.alarm();
     drop(instance);
+    if healthy {
+        // The lease is kept while a socket is closing: its client learns
+        // the code before the actor leaves.
+        await_sockets_closed(stub).await;
+    }
     let returned = if fenced {
         // The lease lapsed: another node may hold the actor by now, so the
         // record is not touched; it names an incarnation that never renews.
         tracing::warn!(actor = %stub.id, "dropped without release: this node's lease lapsed");
         LeaseReturn::Failed
     } else {
-        release_hold(node, &stub.id, &hold).await
+        let returned = release_hold(node, &stub.id, &hold).await;
+        if returned == LeaseReturn::Failed && node.lease.is_valid() {
+            // The record names this node while it lives: given back at a
+            // later heartbeat, so the actor does not wait for this node to stop.
+            node.leftovers.add(node, &stub.id);
+        }
+        returned
     };
     if leave == Leave::Move && planted::hibernate_after_release() {
         // Planted bug (ADR 0017's first draft): forget the move right after
@@ -668,6 +677,17 @@ async fn hand_over(
     }
     tracing::debug!(actor = %stub.id, ?leave, "handed over");
     None
+}
+
+/// Waits until every socket the hand-over closed finished its close
+/// handshake (each is bounded by `CLOSE_HANDSHAKE_TIME_MAX`; so is this).
+async fn await_sockets_closed(stub: &Stub) {
+    /// How often the closing sockets are counted.
+    const POLL: std::time::Duration = std::time::Duration::from_millis(10);
+    let deadline = tokio::time::Instant::now() + crate::sockets::CLOSE_HANDSHAKE_TIME_MAX;
+    while stub.sockets.lock().closing > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// Runs events until the actor leaves this node.

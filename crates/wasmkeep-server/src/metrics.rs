@@ -100,6 +100,10 @@ pub struct Metrics {
     pub move_latency: Histogram,
     /// Move keys for actors resident here whose target cannot take them now.
     pub moves_waiting: AtomicI64,
+    /// Ownership records a failed release left naming this node.
+    pub leftover_holds: AtomicI64,
+    /// Sockets this node sent a close frame to, awaiting the client's.
+    pub sockets_closing: AtomicI64,
     bucket_requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     pub bucket_latency: Histogram,
 }
@@ -271,6 +275,16 @@ impl Metrics {
                 "wasmkeep_moves_waiting",
                 "Move keys of resident actors whose target cannot take them now (retried every heartbeat).",
                 self.moves_waiting.load(Ordering::Relaxed),
+            ),
+            (
+                "wasmkeep_sockets_closing",
+                "Sockets this node closed that have not finished the close handshake (at most 5 s).",
+                self.sockets_closing.load(Ordering::Relaxed),
+            ),
+            (
+                "wasmkeep_leftover_holds",
+                "Ownership records a failed release left naming this node (given back at the next heartbeats).",
+                self.leftover_holds.load(Ordering::Relaxed),
             ),
             (
                 "wasmkeep_drain_blocked",

@@ -161,6 +161,8 @@ pub struct Node {
     pub drain: crate::drain::Drain,
     /// Moves of single actors under way (ADR 0017).
     pub moves: crate::moves::Moves,
+    /// Holds a failed release left behind, given back once per heartbeat.
+    pub(crate) leftovers: crate::leftovers::Leftovers,
     /// The app's secrets as this node reads them (ADR 0016): heartbeat line 10.
     pub secrets: crate::secrets::Secrets,
     /// Tenant bearer tokens on client requests.
@@ -315,6 +317,7 @@ impl Node {
             socket_ids: AtomicU64::new(1),
             drain: crate::drain::Drain::default(),
             moves: crate::moves::Moves::default(),
+            leftovers: crate::leftovers::Leftovers::default(),
             secrets,
             tenants,
         });
@@ -532,6 +535,11 @@ impl Node {
         }
     }
 
+    /// Whether the actor has a stub here, live or being released.
+    pub(crate) fn has_stub(&self, actor: &ActorId) -> bool {
+        self.actors.lock().contains_key(actor)
+    }
+
     /// The resident actors that are not being released.
     pub(crate) fn live_stubs(&self) -> Vec<Arc<Stub>> {
         self.actors
@@ -688,6 +696,10 @@ impl Node {
     ) -> Result<Routed> {
         /// A stub that closes between lookup and send is looked up again, this often.
         const STALE_STUB_RETRIES_MAX: usize = 3;
+        /// Bodies up to this size are copied before a forward, so a
+        /// "released" answer from a holder whose drain this node has not
+        /// seen yet is run here instead of failing the client.
+        const RELEASED_RETRY_COPY_BYTES_MAX: usize = 64 * 1024;
         let mut job = Job::Request {
             request,
             chain,
@@ -728,11 +740,15 @@ impl Node {
                             peer: peer.to_string(),
                         });
                     }
+                    // Kept for a second try when the holder may answer
+                    // "released": it drains (as this node last saw it: its
+                    // drain may have begun since) or the copy is cheap.
                     let holder_drains = self
                         .peers
                         .get(&peer)
                         .is_some_and(|p| p.heartbeat.drain != DrainState::None);
-                    let kept = (released_retry && hop == Hop::Client && holder_drains)
+                    let cheap = request.body.len() <= RELEASED_RETRY_COPY_BYTES_MAX;
+                    let kept = (released_retry && hop == Hop::Client && (holder_drains || cheap))
                         .then(|| (request.clone(), chain.clone()));
                     let mut routed = cluster::forward_request(
                         self,

@@ -24,6 +24,9 @@ use crate::mailbox::Job;
 use crate::node::{Node, Owner, Stub};
 use crate::{Error, Result};
 
+/// Longest wait for a client's close frame after this node sent one.
+pub const CLOSE_HANDSHAKE_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Whether the request asks for a WebSocket upgrade.
 pub fn is_upgrade(req: &hyper::Request<Incoming>) -> bool {
     let has = |name: &str, token: &str| {
@@ -127,7 +130,7 @@ pub async fn upgrade(
             }
             Err(e) => {
                 tracing::debug!(error = %e, "websocket upgrade failed");
-                if stub.sockets.lock().sockets.remove(&id).is_some() {
+                if stub.sockets.lock().remove_closed(id) {
                     node.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
                 }
             }
@@ -192,7 +195,9 @@ async fn run_socket<S>(
                 }
                 Some(Outgoing::Close(code, reason)) => {
                     let frame = CloseFrame { code: CloseCode::from(code), reason: reason.clone().into() };
-                    let _ = ws.close(Some(frame)).await;
+                    if ws.close(Some(frame)).await.is_ok() {
+                        await_close_reply(node, &mut ws).await;
+                    }
                     break (code, reason);
                 }
                 None => break (1011, "socket dropped".to_owned()),
@@ -201,7 +206,7 @@ async fn run_socket<S>(
     };
     // Whoever removes the entry reports the close: here, unless the mailbox
     // already closed every socket (hand-over), which reports them itself.
-    let removed = stub.sockets.lock().sockets.remove(&id).is_some();
+    let removed = stub.sockets.lock().remove_closed(id);
     if removed {
         node.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
         let _ = forward(stub, Job::SocketClose { id, code, reason }).await;
@@ -218,6 +223,31 @@ async fn run_socket<S>(
         }
     }
     let _ = ws.flush().await;
+}
+
+/// After this node sent a close frame: waits for the client's close frame
+/// (or the connection's end), at most [`CLOSE_HANDSHAKE_TIME_MAX`], so the
+/// client learns the code before the connection drops. A hand-over keeps the
+/// actor (and its ownership record) meanwhile.
+async fn await_close_reply<S>(node: &Node, ws: &mut WebSocketStream<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    node.metrics.sockets_closing.fetch_add(1, Ordering::Relaxed);
+    let reply = async {
+        while let Some(Ok(message)) = ws.next().await {
+            if matches!(message, tungstenite::Message::Close(_)) {
+                break;
+            }
+        }
+    };
+    if tokio::time::timeout(CLOSE_HANDSHAKE_TIME_MAX, reply)
+        .await
+        .is_err()
+    {
+        tracing::debug!("a client did not answer the close frame in time");
+    }
+    node.metrics.sockets_closing.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Sends a socket event to the actor, waiting for room (back-pressure on

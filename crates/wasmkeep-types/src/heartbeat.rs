@@ -14,12 +14,16 @@
 //! 10 secrets: yes | no
 //! 11 capabilities: space-separated words (take)
 //! 12 generation: a counter, new for every write
+//! 13 hand-over: sockets closing, releases failed (two numbers)
 //! ```
 //!
 //! Readers ignore lines past those they know and read a missing line as the
 //! oldest behaviour (no line 11: no capabilities). Line 12 makes every body
 //! unique: S3 servers give equal bodies equal etags, and an observer judges a
-//! lease by seeing the object change.
+//! lease by seeing the object change. Line 13 is what `node drain --wait`
+//! shows while a node hands its actors over: sockets it closed that have not
+//! finished the close handshake, and ownership records whose release failed
+//! (the node gives them back at later heartbeats).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -77,6 +81,10 @@ pub struct Heartbeat {
     pub secrets: bool,
     pub capabilities: BTreeSet<String>,
     pub generation: u64,
+    /// Line 13: sockets this node closed, still in their close handshake.
+    pub sockets_closing: u64,
+    /// Line 13: ownership records whose release failed, not yet given back.
+    pub releases_failed: u64,
 }
 
 impl Heartbeat {
@@ -98,7 +106,7 @@ impl Heartbeat {
         // Writing to a String cannot fail.
         let _ = write!(
             out,
-            "{MAGIC}\n{}\n{}\n{}\n{}\n{}\n{classes}\n{}\n{}\n{}\n{}\n{}\n",
+            "{MAGIC}\n{}\n{}\n{}\n{}\n{}\n{classes}\n{}\n{}\n{}\n{}\n{}\n{} {}\n",
             self.node,
             self.advertise,
             self.app,
@@ -118,12 +126,14 @@ impl Heartbeat {
             if self.secrets { "yes" } else { "no" },
             caps.join(" "),
             self.generation,
+            self.sockets_closing,
+            self.releases_failed,
         );
         out
     }
 
-    /// Parses a heartbeat. Lines 1-8 are required; 9-12 default to the
-    /// oldest behaviour when missing; lines past 12 are ignored.
+    /// Parses a heartbeat. Lines 1-8 are required; 9-13 default to the
+    /// oldest behaviour when missing; lines past 13 are ignored.
     pub fn parse(text: &str) -> Result<Self, Error> {
         let bad = |reason: &'static str| Error::InvalidRecord {
             what: "heartbeat",
@@ -190,6 +200,13 @@ impl Heartbeat {
                 .parse()
                 .map_err(|_| bad("line 12: generation is not a number"))?,
         };
+        let (sockets_closing, releases_failed) = match lines.get(12) {
+            None => (0, 0),
+            Some(l) => l
+                .split_once(' ')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                .ok_or_else(|| bad("line 13: want two numbers"))?,
+        };
         Ok(Self {
             node,
             advertise,
@@ -202,6 +219,8 @@ impl Heartbeat {
             secrets,
             capabilities,
             generation,
+            sockets_closing,
+            releases_failed,
         })
     }
 }
@@ -228,6 +247,8 @@ mod tests {
             secrets: true,
             capabilities: [CAPABILITY_TAKE.to_owned()].into(),
             generation: 7,
+            sockets_closing: 2,
+            releases_failed: 1,
         }
     }
 
@@ -235,7 +256,20 @@ mod tests {
     fn heartbeat_round_trips() {
         let hb = sample();
         assert_eq!(Heartbeat::parse(&hb.to_text()).unwrap(), hb);
-        assert_eq!(hb.to_text().lines().count(), 12);
+        assert_eq!(hb.to_text().lines().count(), 13);
+    }
+
+    #[test]
+    fn heartbeat_without_line_13_reports_no_hand_over_in_progress() {
+        let text: String = sample()
+            .to_text()
+            .lines()
+            .take(12)
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let hb = Heartbeat::parse(&text).unwrap();
+        assert_eq!((hb.sockets_closing, hb.releases_failed), (0, 0));
+        assert_eq!(hb.generation, 7);
     }
 
     #[test]
@@ -292,6 +326,9 @@ mod tests {
             replace(8, "maybe"),
             replace(9, "perhaps"),
             replace(11, "x"),
+            replace(12, "1"),
+            replace(12, "1 x"),
+            replace(12, "-1 0"),
             good.lines().take(5).collect::<Vec<_>>().join("\n"),
         ] {
             assert!(Heartbeat::parse(&bad).is_err(), "accepted {bad:?}");

@@ -252,6 +252,19 @@ impl Socket {
             .map_err(|_| anyhow!("no close within {REQUEST_TIME_MAX:?}"))?
     }
 
+    /// After [`Self::recv_close_code`]: sends the close reply the
+    /// WebSocket library queued and reads until the server ends the
+    /// connection.
+    pub async fn finish_close(mut self) -> anyhow::Result<()> {
+        let rest = async {
+            let _ = self.inner.flush().await;
+            while let Some(Ok(_)) = self.inner.next().await {}
+        };
+        tokio::time::timeout(REQUEST_TIME_MAX, rest)
+            .await
+            .map_err(|_| anyhow!("the server did not end the connection after the close"))
+    }
+
     pub async fn close(mut self) {
         let _ = self.inner.close(None).await;
     }

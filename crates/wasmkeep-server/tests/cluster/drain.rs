@@ -42,6 +42,105 @@ pub async fn drain_without_eligible_peer_keeps_serving(tls: bool, bucket: Bucket
     crate::run(options, alone_body).await
 }
 
+pub async fn a_closing_socket_keeps_the_actor_until_its_client_answers(
+    tls: bool,
+    bucket: BucketKind,
+) {
+    let mut options = ClusterOptions::new("drain-close-wait", bucket, tls);
+    options.nodes = 2;
+    crate::run(options, close_wait_body).await
+}
+
+/// The node's `sockets_closing` and `releases_failed` in `node list --json`
+/// (heartbeat line 13).
+async fn hand_over_progress(c: &Cluster, node: &str) -> anyhow::Result<(u64, u64)> {
+    let out = c.cli(&["node", "list", "--json"]).await?;
+    let rows: serde_json::Value =
+        serde_json::from_str(&out).with_context(|| format!("node list is not JSON: {out}"))?;
+    let row = rows
+        .as_array()
+        .context("node list: not an array")?
+        .iter()
+        .find(|r| r["node"].as_str() == Some(node))
+        .with_context(|| format!("node {node} is not listed: {out}"))?;
+    Ok((
+        row["sockets_closing"].as_u64().context("sockets_closing")?,
+        row["releases_failed"].as_u64().context("releases_failed")?,
+    ))
+}
+
+/// The drained node sends 1012 and keeps the actor (and its ownership
+/// record) while the client has not answered the close frame; once it
+/// does, the actor goes to the peer. The client reads nothing until the
+/// node reports the socket closing, which takes a heartbeat or two, well
+/// inside the node's 5 s wait.
+async fn close_wait_body(c: &mut Cluster) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PHASE_TIME_MAX;
+    let (n0, n1) = (c.node_id(0).to_owned(), c.node_id(1).to_owned());
+    let actor = "t/counter/w";
+    let r = c
+        .send_retrying(0, "POST", &format!("/{actor}/increment"), deadline)
+        .await?;
+    ensure!(
+        r.node() == Some(n0.as_str()),
+        "not on node 0: {:?}",
+        r.node()
+    );
+    let mut socket = c.http.websocket(&c.url(0, &format!("/{actor}/ws"))).await?;
+    socket.send_text("inc").await?;
+    ensure!(socket.recv_text().await? == "2", "the socket's increment");
+
+    c.cli(&["node", "drain", &n0]).await?;
+    loop {
+        let (closing, failed) = hand_over_progress(c, &n0).await?;
+        ensure!(
+            failed == 0,
+            "failed releases on the draining node: {failed}"
+        );
+        if closing == 1 {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the draining node never reported the closing socket"
+        );
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
+    let row = c.cli(&["actor", "inspect", actor, "--json"]).await?;
+    let row: serde_json::Value = serde_json::from_str(&row)?;
+    ensure!(
+        row["owner"].as_str() == Some(n0.as_str()) && row["hold_valid"].as_bool() == Some(true),
+        "the actor left before its socket's client answered the close: {row}"
+    );
+
+    let code = socket.recv_close_code().await?;
+    ensure!(
+        code == Some(CLOSE_SERVICE_RESTART),
+        "the socket closed with {code:?}"
+    );
+    socket.finish_close().await?;
+    wait_for_drain_word(c, &n0, "drained").await?;
+    ensure!(
+        hand_over_progress(c, &n0).await? == (0, 0),
+        "progress after the drain"
+    );
+    let r = c
+        .send_retrying(0, "GET", &format!("/{actor}/value"), deadline)
+        .await?;
+    ensure!(
+        r.text() == "2" && r.node() == Some(n1.as_str()),
+        "after the drain: {} from {:?}",
+        r.text(),
+        r.node()
+    );
+    // The close event ran before the hand-over: its count moved along.
+    let r = c
+        .send_retrying(1, "GET", &format!("/{actor}/closes"), deadline)
+        .await?;
+    ensure!(r.count()? == 1, "closes after the drain: {}", r.text());
+    Ok(())
+}
+
 /// What the load saw: acknowledged increments per actor, 503s, failures.
 #[derive(Default)]
 pub(crate) struct Load {

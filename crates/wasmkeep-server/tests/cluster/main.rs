@@ -8,6 +8,7 @@
 //! (default `info`).
 
 mod client;
+mod fault_proxy;
 mod runner;
 
 mod bucket_loss;
@@ -106,6 +107,10 @@ plain_and_tls!(
     crate::BucketKind::Folder
 );
 plain_and_tls!(
+    a_closing_socket_keeps_the_actor_until_its_client_answers => crate::drain::a_closing_socket_keeps_the_actor_until_its_client_answers,
+    crate::BucketKind::Folder
+);
+plain_and_tls!(
     #[ignore = "a measurement; run with --ignored --nocapture"]
     measure_drain_time => crate::drain::measure_drain_time,
     crate::BucketKind::SeaweedFs
@@ -121,6 +126,10 @@ plain_and_tls!(
 plain_and_tls!(
     an_alarm_due_after_the_move_fires_on_the_target_once_the_old_owner_is_gone => crate::moves::an_alarm_due_after_the_move_fires_on_the_target_once_the_old_owner_is_gone,
     crate::BucketKind::Folder
+);
+plain_and_tls!(
+    a_release_that_fails_keeps_the_key_and_the_alarm => crate::moves::a_release_that_fails_keeps_the_key_and_the_alarm,
+    crate::BucketKind::SeaweedFs
 );
 plain_and_tls!(
     #[ignore = "a measurement; run with --ignored --nocapture"]

@@ -91,6 +91,165 @@ async fn alarm_after_move_body(c: &mut Cluster) -> anyhow::Result<()> {
     }
 }
 
+pub async fn a_release_that_fails_keeps_the_key_and_the_alarm(tls: bool, bucket: BucketKind) {
+    let mut options = ClusterOptions::new("move-release-fails", bucket, tls);
+    options.nodes = 2;
+    options.bucket_proxy = true;
+    // Only the target's registration (armed by its take) may fire the alarm.
+    options.extra_args = vec!["--alarm-sweep".into(), "1h".into()];
+    crate::run(options, release_fails_body).await
+}
+
+/// The alarm falls due well after the failed release and the move that
+/// follows it (the failure phase takes about one lease TTL, 2 s).
+const LATE_ALARM_IN_MS: u64 = 20_000;
+
+/// The move keys in the bucket for `name` (a counter of tenant `t`).
+async fn move_keys(c: &Cluster, name: &str) -> anyhow::Result<Vec<String>> {
+    let bucket = c.bucket().await?;
+    let listed = bucket
+        .list(&format!(
+            "apps/{}/control/move/t/counter/{}/",
+            crate::runner::APP,
+            hex::encode(name)
+        ))
+        .await?;
+    Ok(listed.into_iter().map(|m| m.key).collect())
+}
+
+/// `actor inspect --json` of `actor`.
+async fn inspect(c: &Cluster, actor: &str) -> anyhow::Result<serde_json::Value> {
+    let out = c.cli(&["actor", "inspect", actor, "--json"]).await?;
+    serde_json::from_str(&out).with_context(|| format!("actor inspect: {out}"))
+}
+
+async fn release_fails_body(c: &mut Cluster) -> anyhow::Result<()> {
+    let c = &*c;
+    let deadline = Instant::now() + PHASE_TIME_MAX;
+    let (n0, n1) = (c.node_id(0).to_owned(), c.node_id(1).to_owned());
+    let actor = "t/counter/kept";
+    let r = c
+        .send_retrying(0, "POST", &format!("/{actor}/increment"), deadline)
+        .await?;
+    ensure!(
+        r.node() == Some(n0.as_str()),
+        "not on node 0: {:?}",
+        r.node()
+    );
+    let r = c
+        .http
+        .post(&c.url(0, &format!("/{actor}/alarm?in_ms={LATE_ALARM_IN_MS}")))
+        .await?;
+    ensure!(
+        r.status == 200,
+        "setting the alarm: {} {}",
+        r.status,
+        r.text()
+    );
+    let alarm_ms: i64 = r.text().trim().parse().context("the alarm's time")?;
+
+    // Every write of an ownership record fails: the owner's release too.
+    let proxy = c.fault_proxy()?;
+    proxy.refuse(&[http::Method::PUT, http::Method::DELETE], "/owners/");
+    c.cli(&["actor", "move", actor, "--to", &n1]).await?;
+    loop {
+        if c.metric(0, "wasmkeep_leftover_holds").await? == Some(1.0) {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the owner never reported the failed release"
+        );
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
+    ensure!(proxy.refused() > 0, "the proxy refused nothing");
+    let log = c.node_log(0);
+    ensure!(
+        log.contains("ownership record not released"),
+        "node 0 did not log the failed release"
+    );
+    let retried = c.metric(0, "wasmkeep_moves_retried_total").await?;
+    ensure!(retried >= Some(1.0), "moves retried on node 0: {retried:?}");
+    // The key and the alarm are kept; the record still names the owner,
+    // so the target has not taken the actor.
+    let keys = move_keys(c, "kept").await?;
+    ensure!(
+        keys.len() == 1,
+        "move keys after the failed release: {keys:?}"
+    );
+    let row = inspect(c, actor).await?;
+    ensure!(
+        row["owner"].as_str() == Some(n0.as_str()) && row["hold_valid"].as_bool() == Some(true),
+        "after the failed release: {row}"
+    );
+    ensure!(
+        row["alarm_ms"].as_i64() == Some(alarm_ms),
+        "the alarm after the failed release: {row} (set for {alarm_ms})"
+    );
+
+    // The bucket takes the record's writes again: the owner gives its
+    // leftover hold back and the target takes the actor, with no event
+    // sent to it meanwhile.
+    proxy.heal();
+    loop {
+        if holder(c, actor).await?.as_deref() == Some(n1.as_str())
+            && move_keys(c, "kept").await?.is_empty()
+        {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the move never completed after the release failure ended: {}",
+            inspect(c, actor).await?
+        );
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
+    // Before the alarm fell due: no event had to claim the actor back.
+    let r = c
+        .send_retrying(1, "GET", &format!("/{actor}/alarms"), deadline)
+        .await?;
+    ensure!(
+        r.node() == Some(n1.as_str()) && r.count()? == 0,
+        "the alarm had fired ({}, on {:?}) before the target took the actor",
+        r.text(),
+        r.node()
+    );
+    let leftovers = c.metric(0, "wasmkeep_leftover_holds").await?;
+    ensure!(
+        leftovers == Some(0.0),
+        "leftover holds on node 0: {leftovers:?}"
+    );
+    let row = inspect(c, actor).await?;
+    ensure!(
+        row["alarm_ms"].as_i64() == Some(alarm_ms),
+        "the alarm after the move: {row} (set for {alarm_ms})"
+    );
+
+    // The kept alarm fires once, on the target, with the data moved along.
+    let late = Instant::now() + std::time::Duration::from_millis(LATE_ALARM_IN_MS) + PHASE_TIME_MAX;
+    loop {
+        let r = c
+            .send_retrying(0, "GET", &format!("/{actor}/alarms"), late)
+            .await?;
+        ensure!(r.node() == Some(n1.as_str()), "answered by {:?}", r.node());
+        let fired = r.count()?;
+        ensure!(fired <= 1, "the alarm fired {fired} times");
+        if fired == 1 {
+            break;
+        }
+        ensure!(
+            Instant::now() < late,
+            "the kept alarm never fired on the target"
+        );
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
+    let r = c
+        .send_retrying(0, "GET", &format!("/{actor}/value"), deadline)
+        .await?;
+    ensure!(r.text() == "1", "the count after the move: {}", r.text());
+    Ok(())
+}
+
 pub async fn measure_move_time(tls: bool, bucket: BucketKind) {
     crate::run(
         ClusterOptions::new("move-measure", bucket, tls),

@@ -13,11 +13,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, bail, ensure};
 use parking_lot::Mutex;
 use wasmkeep_testkit::SeaweedFs;
 
 use crate::client::{Http, Resp};
+use crate::fault_proxy::FaultProxy;
 
 /// The `wasmkeep` binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_wasmkeep");
@@ -65,6 +66,9 @@ pub struct ClusterOptions {
     /// Nodes started without `--cluster-key-file`: they run alone and do not
     /// advertise `take` (heartbeat line 11), like a node of an older release.
     pub without_cluster_key: Vec<usize>,
+    /// The nodes reach the S3 server through a [`FaultProxy`] the test can
+    /// tell to refuse some requests (SeaweedFS buckets only).
+    pub bucket_proxy: bool,
 }
 
 impl ClusterOptions {
@@ -80,6 +84,7 @@ impl ClusterOptions {
             classes: vec![("counter".to_owned(), "counter".to_owned())],
             extra_args: Vec::new(),
             without_cluster_key: Vec::new(),
+            bucket_proxy: false,
         }
     }
 
@@ -116,6 +121,7 @@ pub struct Cluster {
     env: Vec<(String, String)>,
     private_seaweedfs: Option<SeaweedFs>,
     seaweedfs_paused: bool,
+    proxy: Option<FaultProxy>,
     key_file: PathBuf,
     tls: Option<TlsFiles>,
     nodes: Vec<NodeProcess>,
@@ -202,6 +208,22 @@ impl Cluster {
             }
         };
 
+        let mut proxy = None;
+        let mut env = env;
+        if options.bucket_proxy {
+            ensure!(
+                options.bucket != BucketKind::Folder,
+                "a bucket proxy needs an S3 bucket"
+            );
+            let endpoint = env
+                .iter_mut()
+                .find(|(k, _)| k == "AWS_ENDPOINT_URL")
+                .context("the S3 environment has no endpoint")?;
+            let started = FaultProxy::start(&endpoint.1).await?;
+            endpoint.1 = started.endpoint();
+            proxy = Some(started);
+        }
+
         let key_file = dir_path.join("cluster.key");
         std::fs::write(&key_file, hex::encode(rand::random::<[u8; 32]>()))
             .context("writing the cluster key")?;
@@ -231,6 +253,7 @@ impl Cluster {
             env,
             private_seaweedfs,
             seaweedfs_paused: false,
+            proxy,
             key_file,
             tls,
             http,
@@ -562,6 +585,34 @@ impl Cluster {
         }
         self.seaweedfs_paused = false;
         Ok(())
+    }
+
+    /// The cluster's bucket, opened as the nodes open it.
+    pub async fn bucket(&self) -> anyhow::Result<std::sync::Arc<dyn wasmkeep_bucket::Bucket>> {
+        if let Some(rest) = self.bucket_url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let s3 = wasmkeep_bucket::S3Bucket::from_env_with(bucket, prefix, &self.env)
+                .context("opening the cluster's S3 bucket")?;
+            return Ok(std::sync::Arc::new(s3));
+        }
+        wasmkeep_bucket::open(&self.bucket_url)
+            .await
+            .context("opening the cluster's bucket")
+    }
+
+    /// The proxy between the nodes and the S3 server
+    /// ([`ClusterOptions::bucket_proxy`]).
+    pub fn fault_proxy(&self) -> anyhow::Result<&FaultProxy> {
+        self.proxy
+            .as_ref()
+            .context("the cluster was started without bucket_proxy")
+    }
+
+    /// Node `i`'s log (stderr) so far.
+    pub fn node_log(&self, i: usize) -> String {
+        std::fs::read(&self.nodes[i].stderr)
+            .map(|raw| String::from_utf8_lossy(&raw).into_owned())
+            .unwrap_or_default()
     }
 
     /// Prints the tail of every node's logs.
