@@ -1,4 +1,6 @@
-//! Owner hints: "actor X is owned by node N", kept at most [`HINT_TTL`].
+//! Owner hints: "actor X is owned by node N", kept at most [`HINT_TTL`],
+//! in the service ([`Hints`], one map per node) and in the actor's own state
+//! ([`ActorHint`], one per stub).
 //!
 //! A hint saves a bucket read per forwarded event. It is only a guess: the
 //! node it names answers for itself (it forwards or claims), so a stale hint
@@ -65,6 +67,37 @@ impl Hints {
     }
 }
 
+/// The owner hint kept in one actor's own state (its stub): read first,
+/// without the node's map lock. Empty, it allocates nothing and takes 16
+/// bytes, since every resident actor carries one.
+#[derive(Debug, Default)]
+pub struct ActorHint(Mutex<Option<Box<(NodeId, Instant)>>>);
+
+impl ActorHint {
+    /// Remembers `owner` as learned at `now` (the node clock's time).
+    pub fn learn(&self, owner: &NodeId, now: Instant) {
+        *self.0.lock() = Some(Box::new((owner.clone(), now)));
+    }
+
+    /// The owner learned less than [`HINT_TTL`] before `now`, if any; an
+    /// expired hint is dropped.
+    pub fn get(&self, now: Instant) -> Option<NodeId> {
+        let mut slot = self.0.lock();
+        match slot.as_deref() {
+            Some((node, at)) if now.saturating_duration_since(*at) < HINT_TTL => Some(node.clone()),
+            Some(_) => {
+                *slot = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    pub fn forget(&self) {
+        *self.0.lock() = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +112,36 @@ mod tests {
         assert_eq!(hints.get(&actor), Some(node));
         tokio::time::advance(HINT_TTL).await;
         assert_eq!(hints.get(&actor), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_actor_hint_expires_after_one_second() {
+        let hint = ActorHint::default();
+        let node = NodeId::new("n2").unwrap();
+        let learned = Instant::now();
+        hint.learn(&node, learned);
+        assert_eq!(hint.get(learned), Some(node.clone()));
+        tokio::time::advance(HINT_TTL - Duration::from_millis(1)).await;
+        assert_eq!(hint.get(Instant::now()), Some(node));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(hint.get(Instant::now()), None);
+        // Dropped once expired: no allocation left behind.
+        assert!(hint.0.lock().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_forgotten_actor_hint_is_gone() {
+        let hint = ActorHint::default();
+        hint.learn(&NodeId::new("n2").unwrap(), Instant::now());
+        hint.forget();
+        assert_eq!(hint.get(Instant::now()), None);
+    }
+
+    #[test]
+    fn an_empty_actor_hint_is_small() {
+        // One per resident actor: a pointer and a lock byte, padded.
+        assert!(std::mem::size_of::<ActorHint>() <= 16);
+        assert!(ActorHint::default().0.lock().is_none());
     }
 
     #[tokio::test(start_paused = true)]

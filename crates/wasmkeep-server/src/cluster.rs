@@ -279,7 +279,7 @@ pub(crate) fn peer_failed(node: &Node, actor: &ActorId, peer: &NodeId, reason: &
         .fetch_add(1, Ordering::Relaxed);
     tracing::warn!(%actor, %peer, reason, "call to a peer failed; it is suspect for a while");
     node.peers.mark_suspect(peer);
-    node.hints.forget(actor);
+    node.forget_hints(actor);
     Error::unavailable(format!(
         "node {peer}, which holds actor {actor}, did not answer"
     ))
@@ -359,7 +359,7 @@ pub async fn node_call(
 pub async fn receive_alarm(node: &Arc<Node>, actor: &ActorId, scheduled_ms: i64) -> Result<()> {
     // The sender found this node named as the holder: the record decides,
     // not a hint of ours.
-    node.hints.forget(actor);
+    node.forget_hints(actor);
     match node.ensure_owner(actor).await? {
         Owner::Local(_) => {
             // Activation armed the committed alarm; the mailbox runs a

@@ -652,7 +652,7 @@ pub async fn take(node: &Arc<Node>, actor: &ActorId, tenant: &TenantName) -> Nod
         );
     }
     // A hint left from forwarding to the old owner must not answer for the bucket.
-    node.hints.forget(actor);
+    node.forget_hints(actor);
     if node.live_stub(actor).is_none() {
         match exists(node, actor).await {
             Ok(true) => {}

@@ -17,7 +17,7 @@ use wasmkeep_runtime::{Request, Response, Runtime};
 use wasmkeep_store::StoreConfig;
 use wasmkeep_types::{ActorId, ClassName, Keys};
 
-use wasmkeep_cluster::hints::Hints;
+use wasmkeep_cluster::hints::{ActorHint, Hints};
 use wasmkeep_cluster::{
     Clock, LeaseObserver, NodeLease, OsRandom, Ownership, Peers, Random, Signer, SystemClock,
 };
@@ -52,6 +52,13 @@ pub struct Stub {
     pub(crate) fenced: AtomicBool,
     /// How the activation went; `ensure_owner` waits for it.
     pub(crate) activation: Signal<Activation>,
+    /// The owner this actor learned it has elsewhere, at most 1 s old:
+    /// `ensure_owner` asks it before the node's hints (the seed's "in the
+    /// service and in the actor's own state"), and sends the actor's events
+    /// there while it lasts, so learn it only once this node no longer holds
+    /// the actor (a failed activation, a fenced store). Forgotten wherever
+    /// the node's hint is ([`Node::forget_hints`]).
+    pub hint: ActorHint,
 }
 
 /// The outcome of a stub's activation.
@@ -434,6 +441,13 @@ impl Node {
                 let mut actors = self.actors.lock();
                 match actors.get(actor) {
                     Some(Entry::Live(stub)) => {
+                        // The actor's own hint answers first.
+                        if let Some(peer) = stub.hint.get(self.clock.now())
+                            && peer != self.node_id
+                        {
+                            drop(actors);
+                            return self.elsewhere(actor, peer);
+                        }
                         stub.touch(self.clock.wall_ms());
                         break Arc::clone(stub);
                     }
@@ -501,12 +515,25 @@ impl Node {
             .await;
         match outcome {
             Activation::Ready | Activation::Pending => Ok(Owner::Local(stub)),
-            Activation::Elsewhere(peer) => self.elsewhere(actor, peer),
+            Activation::Elsewhere(peer) => {
+                // Everyone still holding this stub asks it first.
+                stub.hint.learn(&peer, self.clock.now());
+                self.elsewhere(actor, peer)
+            }
             Activation::Failed {
                 unknown_class: Some(class),
                 ..
             } => Err(Error::UnknownClass(class)),
             Activation::Failed { reason, .. } => Err(Error::unavailable(reason)),
+        }
+    }
+
+    /// Forgets the owner hints for `actor`, the node's and its stub's: the
+    /// record decides the next time.
+    pub(crate) fn forget_hints(&self, actor: &ActorId) {
+        self.hints.forget(actor);
+        if let Some(Entry::Live(stub)) = self.actors.lock().get(actor) {
+            stub.hint.forget();
         }
     }
 
@@ -576,7 +603,7 @@ impl Node {
                 url: p.heartbeat.advertise,
             }),
             None => {
-                self.hints.forget(actor);
+                self.forget_hints(actor);
                 Err(Error::unavailable(format!(
                     "actor {actor} is held by node {peer}, whose address is not known yet"
                 )))
@@ -620,6 +647,7 @@ impl Node {
             waiting_on: Mutex::new(None),
             fenced: AtomicBool::new(false),
             activation: Signal::new(Activation::Pending),
+            hint: ActorHint::default(),
         });
         tokio::spawn(mailbox::run(Arc::clone(self), Arc::clone(&stub), rx));
         stub
@@ -713,7 +741,7 @@ impl Node {
         if matches!(hop, Hop::Forwarded { .. }) {
             // The sender found this node named as the holder: a hint of ours
             // saying otherwise is older than its reading, so the record decides.
-            self.hints.forget(actor);
+            self.forget_hints(actor);
         }
         // A request forwarded to a draining holder may come back "released"
         // (it released the actor to this node): it is then run here, once.
@@ -772,7 +800,7 @@ impl Node {
                     match kept {
                         Some((request, chain)) if released && routed.response.status == 503 => {
                             released_retry = false;
-                            self.hints.forget(actor);
+                            self.forget_hints(actor);
                             job = Job::Request {
                                 request,
                                 chain,

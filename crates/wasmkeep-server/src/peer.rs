@@ -85,8 +85,10 @@ impl PeerTransport for HttpTransport {
             .collect()
             .await
             .map_err(|e| format!("reading the response failed: {e}"))?
-            .to_bytes()
-            .to_vec();
+            .to_bytes();
+        // Takes the buffer over when it is the only reference (no copy of a
+        // forwarded answer of up to `forward_response_bytes_max`).
+        let body = Vec::from(body);
         Ok(PeerReply {
             status,
             headers,

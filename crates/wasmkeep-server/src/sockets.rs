@@ -71,7 +71,7 @@ pub async fn upgrade(
     };
     if matches!(hop, Hop::Forwarded { .. }) {
         // Relayed here by a node that found this one holding the actor.
-        node.hints.forget(actor);
+        node.forget_hints(actor);
     }
     // While the actor moves, reconnecting clients go to the target, even
     // before the hand-over: they must not land back here (ADR 0017).

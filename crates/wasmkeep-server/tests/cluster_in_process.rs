@@ -1,7 +1,7 @@
 //! Two nodes in one process on one memory bucket, each with a real HTTP
 //! listener on loopback and a shared cluster key: forwarding to the owner,
-//! signed-call refusal (forged, replayed), marker stripping, and heartbeats
-//! that do not parse.
+//! signed-call refusal (forged, replayed), marker stripping, heartbeats
+//! that do not parse, and the owner hint kept in the actor's own state.
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use wasmkeep_bucket::{Bucket, MemoryBucket};
+use wasmkeep_cluster::hints::HINT_TTL;
 use wasmkeep_cluster::{OsRandom, Signer, SystemClock};
 use wasmkeep_runtime::{Runtime, RuntimeConfig};
-use wasmkeep_server::{Node, NodeConfig, classes, http};
-use wasmkeep_types::{AppName, ClassName, Keys, NodeId};
+use wasmkeep_server::{Node, NodeConfig, Owner, classes, http};
+use wasmkeep_types::{ActorId, AppName, ClassName, Keys, NodeId};
 
 const KEY: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -163,6 +164,70 @@ async fn a_request_to_a_non_owner_is_forwarded_and_answered() {
     assert!(
         wasmkeep_server::metrics::sample(&metrics, "wasmkeep_forwarded_requests_total").unwrap()
             >= 1.0
+    );
+    a.node.shutdown(Duration::from_secs(10)).await;
+    b.node.shutdown(Duration::from_secs(10)).await;
+}
+
+/// `ensure_owner` on n1 for `actor`: the peer it names, or `None` for Local.
+async fn owner_seen_by(node: &Arc<Node>, actor: &ActorId) -> Option<String> {
+    match node.ensure_owner(actor).await.unwrap() {
+        Owner::Local(_) => None,
+        Owner::Elsewhere { peer, .. } => Some(peer.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_actors_own_hint_answers_first_expires_after_one_second_and_is_forgotten() {
+    let (_dir, _bucket, a, b) = two_nodes().await;
+    let actor = ActorId::parse("demo/counter/hinted").unwrap();
+    let r = send_until_served(&a.addr, "POST", "/demo/counter/hinted/increment").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let Owner::Local(stub) = a.node.ensure_owner(&actor).await.unwrap() else {
+        panic!("n1 holds the actor it just ran");
+    };
+    let n2 = NodeId::new("n2").unwrap();
+    // `Elsewhere` needs the peer's address: wait for n2's heartbeat.
+    for _ in 0..200 {
+        if a.node.peers.get(&n2).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(a.node.peers.get(&n2).is_some(), "n1 never saw n2");
+
+    // The stub's hint answers, though the node's map has none.
+    let learned = tokio::time::Instant::now();
+    stub.hint.learn(&n2, learned);
+    assert_eq!(owner_seen_by(&a.node, &actor).await.as_deref(), Some("n2"));
+    assert_eq!(
+        a.node.hints.get(&actor),
+        None,
+        "the answer came from the stub"
+    );
+
+    // It expires: Local again, and never before HINT_TTL went by.
+    let deadline = learned + Duration::from_secs(30);
+    while owner_seen_by(&a.node, &actor).await.is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the hint never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(learned.elapsed() >= HINT_TTL, "expired early");
+
+    // A request forwarded to n1 (n2 reads n1's hold) forgets the stub's
+    // hint: the sender read the record, which outranks a guess.
+    stub.hint.learn(&n2, tokio::time::Instant::now());
+    let r = send_until_served(&b.addr, "POST", "/demo/counter/hinted/increment").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-wasmkeep-node"), Some("n1"));
+    assert_eq!(r.text(), "2");
+    assert_eq!(
+        owner_seen_by(&a.node, &actor).await,
+        None,
+        "the hint was forgotten"
     );
     a.node.shutdown(Duration::from_secs(10)).await;
     b.node.shutdown(Duration::from_secs(10)).await;

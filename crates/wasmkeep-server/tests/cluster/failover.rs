@@ -1,5 +1,8 @@
 //! kill -9 of the node that owns busy actors: after its lease runs out the
-//! survivors serve the actors, and no acknowledged increment is lost.
+//! survivors serve the actors, and no acknowledged increment is lost. The
+//! store's own records then prove one writer at a time: every busy actor's
+//! log, read back from the bucket, has no gap after its newest snapshot and
+//! never goes back to a writer it left.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,8 +11,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use parking_lot::Mutex;
 
+use wasmkeep_bucket::Bucket;
+use wasmkeep_types::{ActorId, AppName, Keys};
+
 use crate::client::{RETRY_PAUSE, Resp};
-use crate::runner::{BucketKind, Cluster, ClusterOptions, POLL_PERIOD};
+use crate::runner::{APP, BucketKind, Cluster, ClusterOptions, POLL_PERIOD};
 
 /// Actors tried for the first placement; those on the most common owner are
 /// the busy ones.
@@ -184,6 +190,7 @@ async fn body(c: &mut Cluster) -> anyhow::Result<()> {
     let killed_at = killed_at?;
 
     let tallies = load.tallies.lock().clone();
+    let mut new_owners: BTreeMap<String, String> = BTreeMap::new();
     for (actor, tally) in &tallies {
         let failover = tally
             .failover_at
@@ -198,6 +205,7 @@ async fn body(c: &mut Cluster) -> anyhow::Result<()> {
             after.len() == 1,
             "{actor} was served by {after:?} after the kill: more than one new owner"
         );
+        new_owners.insert(actor.clone(), after[0].clone());
         let r = c
             .send_retrying(
                 load.survivors[0],
@@ -229,5 +237,226 @@ async fn body(c: &mut Cluster) -> anyhow::Result<()> {
             "{actor}: value {value} > {most} (acked + unanswered at the kill + failed after)"
         );
     }
+
+    // The store's records: one writer at a time, for every busy actor.
+    let bucket = open_bucket(c).await?;
+    let keys = Keys::new(&AppName::new(APP).context("app name")?);
+    for actor in &busy {
+        let id = ActorId::parse(&format!("t/counter/{actor}")).context("actor id")?;
+        let history = read_history(&*bucket, &keys, &id).await?;
+        let writers = check_one_writer_at_a_time(&history)
+            .with_context(|| format!("{actor}: the store's records"))?;
+        eprintln!(
+            "{actor}: {} records/snapshots read, writers in order {writers:?}",
+            history.len()
+        );
+        ensure!(
+            writers
+                .first()
+                .is_some_and(|w| w.starts_with(&format!("{victim}/"))),
+            "{actor}: the first writer {writers:?} is not the victim {victim}"
+        );
+        // No snapshot hides the victim's records: a busy actor writes far
+        // fewer records here than the store's snapshot threshold (256).
+        // The node that acknowledged after the kill wrote last, and the
+        // records show exactly the two owners: the victim, then it.
+        let new_owner = new_owners.get(actor).context("no new owner")?;
+        ensure!(
+            writers.len() == 2 && writers[1].starts_with(&format!("{new_owner}/")),
+            "{actor}: writers {writers:?}, expected {victim} then {new_owner}"
+        );
+    }
+    // Refused writes are allowed (a stale record fenced is the point); the
+    // number is reported, not asserted.
+    for &i in &load.survivors {
+        let fenced = c.metric(i, "wasmkeep_store_fenced_total").await?;
+        eprintln!("{}: wasmkeep_store_fenced_total {fenced:?}", c.node_id(i));
+    }
     Ok(())
+}
+
+/// One stored object of an actor's history, in sequence order.
+#[derive(Debug)]
+struct Entry {
+    snapshot: bool,
+    seq: u64,
+    /// `node/incarnation`
+    writer: String,
+}
+
+/// A client of the cluster's bucket, as its nodes see it.
+async fn open_bucket(c: &Cluster) -> anyhow::Result<std::sync::Arc<dyn Bucket>> {
+    let url = c.bucket_url();
+    match c.options().bucket {
+        BucketKind::Folder => wasmkeep_bucket::open(url)
+            .await
+            .context("opening the folder"),
+        BucketKind::SeaweedFs | BucketKind::PrivateSeaweedFs => {
+            let rest = url.strip_prefix("s3://").context("an s3 URL")?;
+            let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let env = match c.options().bucket {
+                BucketKind::SeaweedFs => wasmkeep_testkit::SeaweedFs::shared()
+                    .context("the shared SeaweedFS")?
+                    .env(),
+                _ => bail!("a private SeaweedFS's address is the runner's alone"),
+            };
+            let bucket = wasmkeep_bucket::S3Bucket::from_env_with(name, prefix, &env)
+                .context("an S3 client")?;
+            Ok(std::sync::Arc::new(bucket))
+        }
+    }
+}
+
+/// The actor's newest snapshot (if any) and every log record after it,
+/// decoded from the bucket. Compaction may delete records between the list
+/// and the reads: then it lists again.
+async fn read_history(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    actor: &ActorId,
+) -> anyhow::Result<Vec<Entry>> {
+    /// Lists tried when compaction keeps deleting what was listed.
+    const LIST_ATTEMPTS_MAX: usize = 5;
+    'attempt: for _ in 0..LIST_ATTEMPTS_MAX {
+        let mut entries = Vec::new();
+        let snapshots = bucket.list(&keys.actor_snapshot_prefix(actor)).await?;
+        let newest = snapshots
+            .iter()
+            .filter_map(|m| Keys::parse_seq(&m.key).ok().map(|seq| (seq, &m.key)))
+            .max();
+        let after = match newest {
+            Some((seq, key)) => {
+                match decode(bucket, key).await? {
+                    Some(entry) => entries.push(entry),
+                    None => continue 'attempt,
+                }
+                seq
+            }
+            None => 0,
+        };
+        let mut logs: Vec<(u64, String)> = bucket
+            .list(&keys.actor_log_prefix(actor))
+            .await?
+            .into_iter()
+            .filter_map(|m| Keys::parse_seq(&m.key).ok().map(|seq| (seq, m.key)))
+            .filter(|(seq, _)| *seq > after)
+            .collect();
+        logs.sort();
+        for (_, key) in &logs {
+            match decode(bucket, key).await? {
+                Some(entry) => entries.push(entry),
+                None => continue 'attempt,
+            }
+        }
+        for entry in &entries {
+            ensure!(
+                entry.seq >= after,
+                "{actor}: a record at {} sorts before the snapshot at {after}",
+                entry.seq
+            );
+        }
+        return Ok(entries);
+    }
+    bail!("{actor}: compaction kept deleting the records listed")
+}
+
+/// One object decoded, `None` when it was deleted meanwhile.
+async fn decode(bucket: &dyn Bucket, key: &str) -> anyhow::Result<Option<Entry>> {
+    let object = match bucket.get(key).await {
+        Ok(object) => object,
+        Err(wasmkeep_bucket::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {key}")),
+    };
+    let origin = wasmkeep_store::record_origin(&object.bytes)
+        .map_err(|e| anyhow::anyhow!("{key} does not decode: {e}"))?;
+    let seq = Keys::parse_seq(key).with_context(|| format!("the seq of {key}"))?;
+    ensure!(origin.seq == seq, "{key} says it is record {}", origin.seq);
+    Ok(Some(Entry {
+        snapshot: origin.snapshot,
+        seq,
+        writer: format!("{}/{}", origin.writer.node, origin.writer.incarnation),
+    }))
+}
+
+/// Checks a history read by [`read_history`]: log records contiguous after
+/// the snapshot (or from the first record), and writers in runs: once a
+/// record of a writer appears, no later record is by one it followed.
+/// Returns the writers in order.
+fn check_one_writer_at_a_time(history: &[Entry]) -> anyhow::Result<Vec<String>> {
+    let mut expected: Option<u64> = None;
+    let mut writers: Vec<String> = Vec::new();
+    for entry in history {
+        if entry.snapshot {
+            ensure!(
+                expected.is_none(),
+                "a snapshot after log records: {history:?}"
+            );
+        } else {
+            let want = expected.unwrap_or(entry.seq);
+            ensure!(
+                entry.seq == want,
+                "log record {} follows {}: a gap",
+                entry.seq,
+                want.saturating_sub(1)
+            );
+            ensure!(
+                expected.is_some() || entry.seq <= 1,
+                "the log starts at {} with no snapshot before it",
+                entry.seq
+            );
+        }
+        expected = Some(entry.seq + 1);
+        match writers.iter().position(|w| *w == entry.writer) {
+            Some(at) if at + 1 == writers.len() => {}
+            Some(_) => bail!(
+                "record {} by {} after {:?}: writers interleave",
+                entry.seq,
+                entry.writer,
+                writers.last()
+            ),
+            None => writers.push(entry.writer.clone()),
+        }
+    }
+    ensure!(!history.is_empty(), "no records at all");
+    Ok(writers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(snapshot: bool, seq: u64, writer: &str) -> Entry {
+        Entry {
+            snapshot,
+            seq,
+            writer: writer.to_owned(),
+        }
+    }
+
+    #[test]
+    fn interleaved_writers_and_gaps_are_caught() {
+        let good = [
+            entry(true, 4, "a/1"),
+            entry(false, 5, "a/1"),
+            entry(false, 6, "b/2"),
+        ];
+        assert_eq!(check_one_writer_at_a_time(&good).unwrap(), ["a/1", "b/2"]);
+        let back = [
+            entry(false, 1, "a/1"),
+            entry(false, 2, "b/2"),
+            entry(false, 3, "a/1"),
+        ];
+        assert!(check_one_writer_at_a_time(&back).is_err());
+        let gap = [entry(true, 4, "a/1"), entry(false, 6, "a/1")];
+        assert!(check_one_writer_at_a_time(&gap).is_err());
+        let headless = [entry(false, 3, "a/1")];
+        assert!(check_one_writer_at_a_time(&headless).is_err());
+        // A rejoined node is a new writer.
+        let rejoined = [
+            entry(false, 1, "a/1"),
+            entry(false, 2, "a/2"),
+            entry(false, 3, "a/1"),
+        ];
+        assert!(check_one_writer_at_a_time(&rejoined).is_err());
+    }
 }

@@ -141,3 +141,8 @@ plain_and_tls!(
     measure_move_time_on_a_folder_bucket => crate::moves::measure_move_time,
     crate::BucketKind::Folder
 );
+plain_and_tls!(
+    #[ignore = "a measurement; run with --ignored --nocapture"]
+    measure_forwarded_body_latency => crate::requests::measure_forwarded_body_latency,
+    crate::BucketKind::Folder
+);

@@ -108,3 +108,79 @@ async fn body(c: &mut Cluster) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Request bodies measured (ADR 0023): a large and a very large body.
+const MEASURED_BODY_BYTES: [usize; 3] = [0, 1 << 20, 16 << 20];
+/// Timed requests per body size and path (after one untimed warm-up each).
+const MEASURED_REQUESTS: usize = 40;
+
+/// Added latency of one forwarding hop for large request bodies, which the
+/// forwarding node reads whole before it signs and sends them (ADR 0023):
+/// `POST /noop` with a body to the owner directly and through the other
+/// node, two nodes on a folder bucket. Prints p50 and p99 of both.
+pub async fn measure_forwarded_body_latency(tls: bool, bucket: BucketKind) {
+    let mut options =
+        ClusterOptions::new("forward-bodies", bucket, tls).with_class("ks", "kitchen-sink");
+    options.nodes = 2;
+    crate::run(options, measure_body).await
+}
+
+async fn measure_body(c: &mut Cluster) -> anyhow::Result<()> {
+    let c = &*c;
+    let deadline = Instant::now() + TEST_TIME_MAX;
+    let path = "/t/ks/bodies/noop";
+    // Placed on node 0 by its first event there.
+    let r = c.send_retrying(0, "POST", path, deadline).await?;
+    ensure!(
+        r.status == 204,
+        "placing the actor: {} {}",
+        r.status,
+        r.text()
+    );
+    let owner = r.node().context("no x-wasmkeep-node")?.to_owned();
+    ensure!(owner == c.node_id(0), "placed on {owner}, not node 0");
+    let scheme = if c.options().tls { "https" } else { "http" };
+    for bytes in MEASURED_BODY_BYTES {
+        let body = bytes::Bytes::from(vec![b'x'; bytes]);
+        let mut direct = Vec::with_capacity(MEASURED_REQUESTS);
+        let mut forwarded = Vec::with_capacity(MEASURED_REQUESTS);
+        // Alternating, so drift in the machine's load hits both alike.
+        for k in 0..=MEASURED_REQUESTS {
+            for (i, times) in [(0, &mut direct), (1, &mut forwarded)] {
+                let started = Instant::now();
+                let r = c
+                    .http
+                    .send("POST", &c.url(i, path), &[], body.clone())
+                    .await?;
+                let took = started.elapsed();
+                ensure!(
+                    r.status == 204 && r.node() == Some(owner.as_str()),
+                    "{bytes} bytes via node {i}: {} from {:?}: {}",
+                    r.status,
+                    r.node(),
+                    r.text()
+                );
+                if k > 0 {
+                    times.push(took);
+                }
+            }
+        }
+        let (d50, d99) = percentiles(&mut direct);
+        let (f50, f99) = percentiles(&mut forwarded);
+        eprintln!(
+            "{scheme} body {:>8} B: direct p50 {d50:?} p99 {d99:?}; forwarded p50 {f50:?} p99 {f99:?}; \
+             added p50 {:?} p99 {:?} ({MEASURED_REQUESTS} requests each)",
+            bytes,
+            f50.saturating_sub(d50),
+            f99.saturating_sub(d99),
+        );
+    }
+    Ok(())
+}
+
+/// p50 and p99 (nearest rank) of `times`.
+fn percentiles(times: &mut [Duration]) -> (Duration, Duration) {
+    times.sort();
+    let rank = |p: usize| times[(times.len() * p).div_ceil(100).saturating_sub(1)];
+    (rank(50), rank(99))
+}
