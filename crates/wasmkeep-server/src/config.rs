@@ -73,7 +73,8 @@ pub struct NodeConfig {
     pub idle_timeout: Duration,
     /// A resident actor with no event for this long drops its guest instance
     /// (it keeps its database, sockets and hold); the next event instantiates
-    /// afresh in about 14 µs. An idle instance costs tens of KiB.
+    /// afresh in about 11 µs. An idle instance costs ~47 KiB, and many of
+    /// them alive at once fragment the heap (docs/adr/0024).
     pub instance_idle_timeout: Duration,
     /// Resident actors at most; beyond it the least recently used idle actor hibernates.
     pub actors_max: usize,
@@ -107,7 +108,7 @@ impl NodeConfig {
             heartbeat_period: Duration::from_secs(3),
             lease_ttl: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
-            instance_idle_timeout: Duration::from_secs(2),
+            instance_idle_timeout: Duration::from_millis(250),
             actors_max: 1000,
             alarm_sweep_period: Duration::from_secs(30),
             data_dir,
