@@ -108,7 +108,7 @@ impl NodeConfig {
             heartbeat_period: Duration::from_secs(3),
             lease_ttl: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
-            instance_idle_timeout: Duration::from_millis(250),
+            instance_idle_timeout: Duration::from_millis(500),
             actors_max: 1000,
             alarm_sweep_period: Duration::from_secs(30),
             data_dir,
