@@ -307,6 +307,16 @@ async fn dispatch_actor(node: &Arc<Node>, call: Call) -> Result<HttpResponse> {
             "actor {other} cannot call {actor}: calls never cross tenants"
         )));
     }
+    // A call from another node whose chain names an actor that this one
+    // already waits on (A calls B here while B, over there, calls A) would
+    // wait for itself until the forward timed out.
+    if let Some((_, callers)) = chain.split_last()
+        && let Some(waited) = node.waits_on_any(&actor, callers)
+    {
+        return Err(Error::Call(format!(
+            "call cycle: {actor} is already waiting on {waited}"
+        )));
+    }
     let request = Request {
         method,
         path,

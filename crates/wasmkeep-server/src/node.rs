@@ -851,8 +851,6 @@ impl Node {
         request: Request,
         chain: Vec<ActorId>,
     ) -> Result<Response> {
-        /// Longest waits-for path followed (longer ones are cut, not refused).
-        const WAITS_FOR_STEPS_MAX: usize = 64;
         let caller_stub = match self.actors.lock().get(caller) {
             Some(Entry::Live(stub)) => Some(Arc::clone(stub)),
             _ => None,
@@ -860,22 +858,9 @@ impl Node {
         if let Some(stub) = &caller_stub {
             *stub.waiting_on.lock() = Some(target.clone());
         }
-        let mut at = target.clone();
-        let mut cycle = false;
-        for _ in 0..WAITS_FOR_STEPS_MAX {
-            let next = match self.actors.lock().get(&at) {
-                Some(Entry::Live(stub)) => stub.waiting_on.lock().clone(),
-                _ => None,
-            };
-            match next {
-                Some(next) if &next == caller => {
-                    cycle = true;
-                    break;
-                }
-                Some(next) => at = next,
-                None => break,
-            }
-        }
+        let cycle = self
+            .waits_on_any(target, std::slice::from_ref(caller))
+            .is_some();
         let result = if cycle {
             Err(Error::Call(format!(
                 "call cycle: {target} is already waiting on {caller}"
@@ -887,6 +872,28 @@ impl Node {
             *stub.waiting_on.lock() = None;
         }
         result
+    }
+
+    /// The first of `callers` that `actor` waits on here, following the
+    /// waits-for path through this node's actors (an actor waits on the one
+    /// its running event calls). A call from any of them to `actor` would
+    /// wait on itself: a deadlock, across nodes too when the incoming call
+    /// chain names an actor that this node's actors wait on.
+    pub(crate) fn waits_on_any(&self, actor: &ActorId, callers: &[ActorId]) -> Option<ActorId> {
+        /// Longest waits-for path followed (longer ones are cut, not refused).
+        const WAITS_FOR_STEPS_MAX: usize = 64;
+        let mut at = actor.clone();
+        for _ in 0..WAITS_FOR_STEPS_MAX {
+            let next = match self.actors.lock().get(&at) {
+                Some(Entry::Live(stub)) => stub.waiting_on.lock().clone(),
+                _ => None,
+            }?;
+            if callers.contains(&next) {
+                return Some(next);
+            }
+            at = next;
+        }
+        None
     }
 
     /// Sends an event that no client waits for (alarm, socket), waiting for

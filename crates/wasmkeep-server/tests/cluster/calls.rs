@@ -120,5 +120,60 @@ async fn calls(c: &mut Cluster) -> anyhow::Result<()> {
         after == callee_owner,
         "after the call, callee answered from node {after}, not its owner {callee_owner}"
     );
+    calls_that_wait_on_each_other(c, &caller, caller_owner, callee_owner).await
+}
+
+/// The callee's event waits a moment, then calls the caller; meanwhile the
+/// caller's event calls the callee, whose mailbox is busy. Each waits on the
+/// other across two nodes: the caller's node refuses the callee's call as a
+/// call cycle (508) instead of both waiting for the forward time limit, and
+/// the caller's call then runs.
+async fn calls_that_wait_on_each_other(
+    c: &Cluster,
+    caller: &str,
+    caller_owner: usize,
+    callee_owner: usize,
+) -> anyhow::Result<()> {
+    /// The callee's event runs this long before its call: the caller's
+    /// call reaches the callee's mailbox meanwhile (one forward, ~1 ms).
+    const CALLEE_WAIT_MS: u64 = 1500;
+    let events = |i| async move {
+        c.metric(i, "wasmkeep_events_total")
+            .await?
+            .context("no wasmkeep_events_total")
+    };
+    let before = events(callee_owner).await?;
+    let callee_path = format!(
+        "/t/sink/callee/call?class=sink&name={caller}&path=/noop&sleep_ms={CALLEE_WAIT_MS}"
+    );
+    let callee_url = c.url(callee_owner, &callee_path);
+    let callee_event = c.http.post(&callee_url);
+    let caller_event = async {
+        // Once the callee's event runs, the caller calls it.
+        let deadline = Instant::now() + PHASE_TIME_MAX;
+        while events(callee_owner).await? <= before {
+            ensure!(
+                Instant::now() < deadline,
+                "the callee's event never started"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let path = format!("/t/sink/{caller}/call?class=sink&name=callee&path=/noop");
+        c.http.post(&c.url(caller_owner, &path)).await
+    };
+    let (callee_answer, caller_answer) = tokio::join!(callee_event, caller_event);
+    let (callee_answer, caller_answer) = (callee_answer?, caller_answer?);
+    ensure!(
+        callee_answer.text().contains("call cycle"),
+        "the callee's call back to {caller} (node {caller_owner}): {} {}",
+        callee_answer.status,
+        callee_answer.text()
+    );
+    ensure!(
+        caller_answer.status == 204,
+        "{caller}'s call to the callee after the cycle was refused: {} {}",
+        caller_answer.status,
+        caller_answer.text()
+    );
     Ok(())
 }

@@ -155,7 +155,15 @@ impl handler::Guest for KitchenSink {
             },
             "/call" => {
                 // `path` picks the callee's route (default `/inner?x=1`);
-                // `header` adds a header of that name with the value `1`.
+                // `header` adds a header of that name with the value `1`;
+                // `sleep_ms` (at most 10 s) passes before the call.
+                if let Some(ms) = param(path, "sleep_ms").and_then(|v| v.parse::<u64>().ok()) {
+                    let until = std::time::Instant::now()
+                        + std::time::Duration::from_millis(ms.min(10_000));
+                    while std::time::Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                }
                 let mut headers = vec![("x-from".into(), "kitchen-sink".into())];
                 if let Some(name) = param(path, "header") {
                     headers.push((name.into(), "1".into()));
