@@ -78,14 +78,7 @@ async fn close_wait_body(c: &mut Cluster) -> anyhow::Result<()> {
     let deadline = Instant::now() + PHASE_TIME_MAX;
     let (n0, n1) = (c.node_id(0).to_owned(), c.node_id(1).to_owned());
     let actor = "t/counter/w";
-    let r = c
-        .send_retrying(0, "POST", &format!("/{actor}/increment"), deadline)
-        .await?;
-    ensure!(
-        r.node() == Some(n0.as_str()),
-        "not on node 0: {:?}",
-        r.node()
-    );
+    claim_through(c, 0, actor, deadline).await?;
     let mut socket = c.http.websocket(&c.url(0, &format!("/{actor}/ws"))).await?;
     socket.send_text("inc").await?;
     ensure!(socket.recv_text().await? == "2", "the socket's increment");
@@ -139,6 +132,46 @@ async fn close_wait_body(c: &mut Cluster) -> anyhow::Result<()> {
         .await?;
     ensure!(r.count()? == 1, "closes after the drain: {}", r.text());
     Ok(())
+}
+
+/// Increments the counter `actor` (`tenant/class/name`) through node `i`
+/// and checks that node `i` ran it: its first event claims it there.
+pub(crate) async fn claim_through(
+    c: &Cluster,
+    i: usize,
+    actor: &str,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let r = c
+        .send_retrying(i, "POST", &format!("/{actor}/increment"), deadline)
+        .await?;
+    ensure!(
+        r.node() == Some(c.node_id(i)),
+        "{actor} not on node {i}: {:?}",
+        r.node()
+    );
+    Ok(())
+}
+
+/// Sets the counter `actor`'s alarm `in_ms` ahead through node `i`; returns
+/// its time (ms since the Unix epoch).
+pub(crate) async fn set_alarm(
+    c: &Cluster,
+    i: usize,
+    actor: &str,
+    in_ms: u64,
+) -> anyhow::Result<i64> {
+    let r = c
+        .http
+        .post(&c.url(i, &format!("/{actor}/alarm?in_ms={in_ms}")))
+        .await?;
+    ensure!(
+        r.status == 200,
+        "setting the alarm of {actor}: {} {}",
+        r.status,
+        r.text()
+    );
+    r.text().trim().parse().context("the alarm's time")
 }
 
 /// What the load saw: acknowledged increments per actor, 503s, failures.
@@ -298,19 +331,7 @@ async fn drain_body(c: &mut Cluster) -> anyhow::Result<()> {
     let mut extra = BTreeMap::from([(socket_actor, 1u64)]);
 
     // An alarm that falls due while the drain runs.
-    let r = c
-        .http
-        .post(&c.url(
-            0,
-            &format!("/t/counter/d{alarm_actor}/alarm?in_ms={ALARM_IN_MS}"),
-        ))
-        .await?;
-    ensure!(
-        r.status == 200,
-        "setting the alarm: {} {}",
-        r.status,
-        r.text()
-    );
+    set_alarm(c, 0, &format!("t/counter/d{alarm_actor}"), ALARM_IN_MS).await?;
 
     let stop = AtomicBool::new(false);
     let all: Vec<usize> = (0..c.len()).collect();

@@ -13,7 +13,8 @@ use std::time::Instant;
 use anyhow::{Context, bail, ensure};
 
 use crate::drain::{
-    ACTORS, CLOSE_SERVICE_RESTART, LOADERS, Load, PHASE_TIME_MAX, check_counts, load, warm_up,
+    ACTORS, CLOSE_SERVICE_RESTART, LOADERS, Load, PHASE_TIME_MAX, check_counts, claim_through,
+    load, set_alarm, warm_up,
 };
 use crate::runner::{BucketKind, Cluster, ClusterOptions, POLL_PERIOD};
 
@@ -51,25 +52,9 @@ pub async fn an_alarm_due_after_the_move_fires_on_the_target_once_the_old_owner_
 
 async fn alarm_after_move_body(c: &mut Cluster) -> anyhow::Result<()> {
     let deadline = Instant::now() + PHASE_TIME_MAX;
-    let (n0, n1) = (c.node_id(0).to_owned(), c.node_id(1).to_owned());
-    let r = c
-        .send_retrying(0, "POST", "/t/counter/late/increment", deadline)
-        .await?;
-    ensure!(
-        r.node() == Some(n0.as_str()),
-        "not on node 0: {:?}",
-        r.node()
-    );
-    let r = c
-        .http
-        .post(&c.url(0, "/t/counter/late/alarm?in_ms=2500"))
-        .await?;
-    ensure!(
-        r.status == 200,
-        "setting the alarm: {} {}",
-        r.status,
-        r.text()
-    );
+    let n1 = c.node_id(1).to_owned();
+    claim_through(c, 0, "t/counter/late", deadline).await?;
+    set_alarm(c, 0, "t/counter/late", 2500).await?;
     c.cli(&["actor", "move", "t/counter/late", "--to", &n1, "--wait"])
         .await
         .context("the move")?;
@@ -128,25 +113,8 @@ async fn release_fails_body(c: &mut Cluster) -> anyhow::Result<()> {
     let deadline = Instant::now() + PHASE_TIME_MAX;
     let (n0, n1) = (c.node_id(0).to_owned(), c.node_id(1).to_owned());
     let actor = "t/counter/kept";
-    let r = c
-        .send_retrying(0, "POST", &format!("/{actor}/increment"), deadline)
-        .await?;
-    ensure!(
-        r.node() == Some(n0.as_str()),
-        "not on node 0: {:?}",
-        r.node()
-    );
-    let r = c
-        .http
-        .post(&c.url(0, &format!("/{actor}/alarm?in_ms={LATE_ALARM_IN_MS}")))
-        .await?;
-    ensure!(
-        r.status == 200,
-        "setting the alarm: {} {}",
-        r.status,
-        r.text()
-    );
-    let alarm_ms: i64 = r.text().trim().parse().context("the alarm's time")?;
+    claim_through(c, 0, actor, deadline).await?;
+    let alarm_ms = set_alarm(c, 0, actor, LATE_ALARM_IN_MS).await?;
 
     // Every write of an ownership record fails: the owner's release too.
     let proxy = c.fault_proxy()?;
@@ -316,16 +284,7 @@ async fn move_body(c: &mut Cluster) -> anyhow::Result<()> {
     *extra.entry(a).or_default() += 1;
 
     // An alarm that falls due while the move runs.
-    let r = c
-        .http
-        .post(&c.url(0, &format!("/{actor}/alarm?in_ms={ALARM_IN_MS}")))
-        .await?;
-    ensure!(
-        r.status == 200,
-        "setting the alarm: {} {}",
-        r.status,
-        r.text()
-    );
+    set_alarm(c, 0, &actor, ALARM_IN_MS).await?;
 
     let stop = AtomicBool::new(false);
     let all: Vec<usize> = (0..c.len()).collect();
@@ -505,14 +464,7 @@ async fn edges_body(c: &mut Cluster) -> anyhow::Result<()> {
     }
 
     // Targets that cannot take now: the key waits, the actor stays reachable.
-    let r = c
-        .send_retrying(0, "POST", "/t/counter/e2/increment", deadline)
-        .await?;
-    ensure!(
-        r.node() == Some(n0.as_str()),
-        "e2 not on node 0: {:?}",
-        r.node()
-    );
+    claim_through(c, 0, "t/counter/e2", deadline).await?;
     // An open socket keeps e2 resident on node 0 past the 1 s idle timeout.
     let mut socket = c.http.websocket(&c.url(0, "/t/counter/e2/ws")).await?;
     // ... a node that does not advertise take (no cluster key);
@@ -560,14 +512,7 @@ async fn edges_body(c: &mut Cluster) -> anyhow::Result<()> {
         identity_file.to_str().context("a UTF-8 temp path")?,
     ])
     .await?;
-    let r = c
-        .send_retrying(0, "POST", "/t/counter/e3/increment", deadline)
-        .await?;
-    ensure!(
-        r.node() == Some(n0.as_str()),
-        "e3 not on node 0: {:?}",
-        r.node()
-    );
+    claim_through(c, 0, "t/counter/e3", deadline).await?;
     let _keep_resident = c.http.websocket(&c.url(0, "/t/counter/e3/ws")).await?;
     c.cli(&["actor", "move", "t/counter/e3", "--to", &n1])
         .await?;
