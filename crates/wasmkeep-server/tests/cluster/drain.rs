@@ -134,6 +134,35 @@ async fn close_wait_body(c: &mut Cluster) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs `drive` while [`LOADERS`] load loops increment the actors through
+/// `nodes`; the loops stop when `drive` ends, whatever it returns.
+pub(crate) async fn under_load<T>(
+    c: &Cluster,
+    nodes: &[usize],
+    seen: &Load,
+    drive: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let stop = AtomicBool::new(false);
+    let loaders = futures::future::join_all((0..LOADERS).map(|l| load(c, nodes, l, &stop, seen)));
+    let drive = async {
+        let result = drive.await;
+        stop.store(true, Ordering::Relaxed);
+        result
+    };
+    let (_, driven) = tokio::join!(loaders, drive);
+    driven
+}
+
+/// Prints how many of the load's requests during `what` got 503, and why.
+pub(crate) fn report_unavailable(what: &str, seen: &Load) {
+    let unavailable = seen.unavailable.load(Ordering::Relaxed);
+    eprintln!(
+        "{what}: {unavailable} of {} requests answered 503: {:#?}",
+        seen.acked.lock().values().sum::<u64>() + unavailable,
+        seen.unavailable_reasons.lock()
+    );
+}
+
 /// Increments the counter `actor` (`tenant/class/name`) through node `i`
 /// and checks that node `i` ran it: its first event claims it there.
 pub(crate) async fn claim_through(
@@ -333,43 +362,30 @@ async fn drain_body(c: &mut Cluster) -> anyhow::Result<()> {
     // An alarm that falls due while the drain runs.
     set_alarm(c, 0, &format!("t/counter/d{alarm_actor}"), ALARM_IN_MS).await?;
 
-    let stop = AtomicBool::new(false);
     let all: Vec<usize> = (0..c.len()).collect();
-    let loaders = futures::future::join_all((0..LOADERS).map(|l| load(c, &all, l, &stop, &seen)));
-    let drive = async {
-        let result = async {
-            let started = Instant::now();
-            c.cli(&["node", "drain", &drained, "--wait"]).await?;
-            eprintln!("drain of {drained} under load took {:?}", started.elapsed());
-            // The socket was closed with 1012; a client that reconnects
-            // (through the drained node) reaches the new owner.
-            let code = socket.recv_close_code().await?;
-            ensure!(
-                code == Some(CLOSE_SERVICE_RESTART),
-                "socket closed with {code:?}"
-            );
-            let mut again = c
-                .http
-                .websocket(&c.url(0, &format!("/t/counter/d{socket_actor}/ws")))
-                .await?;
-            again.send_text("inc").await?;
-            again.recv_text().await?;
-            again.close().await;
-            *extra.entry(socket_actor).or_default() += 1;
-            anyhow::Ok(())
-        }
-        .await;
-        stop.store(true, Ordering::Relaxed);
-        result
-    };
-    let (_, driven) = tokio::join!(loaders, drive);
-    driven?;
-    eprintln!(
-        "drain under load: {} of {} requests answered 503: {:#?}",
-        seen.unavailable.load(Ordering::Relaxed),
-        seen.acked.lock().values().sum::<u64>() + seen.unavailable.load(Ordering::Relaxed),
-        seen.unavailable_reasons.lock()
-    );
+    under_load(c, &all, &seen, async {
+        let started = Instant::now();
+        c.cli(&["node", "drain", &drained, "--wait"]).await?;
+        eprintln!("drain of {drained} under load took {:?}", started.elapsed());
+        // The socket was closed with 1012; a client that reconnects
+        // (through the drained node) reaches the new owner.
+        let code = socket.recv_close_code().await?;
+        ensure!(
+            code == Some(CLOSE_SERVICE_RESTART),
+            "socket closed with {code:?}"
+        );
+        let mut again = c
+            .http
+            .websocket(&c.url(0, &format!("/t/counter/d{socket_actor}/ws")))
+            .await?;
+        again.send_text("inc").await?;
+        again.recv_text().await?;
+        again.close().await;
+        *extra.entry(socket_actor).or_default() += 1;
+        anyhow::Ok(())
+    })
+    .await?;
+    report_unavailable("drain under load", &seen);
     check_counts(c, 1, &seen, &extra).await?;
 
     // The drained node holds nothing and says so.
@@ -418,27 +434,13 @@ async fn sigterm_body(c: &mut Cluster) -> anyhow::Result<()> {
         owners.iter().any(|o| o == c.node_id(stopped)),
         "no actor on the node to stop: {owners:?}"
     );
-    let stop = AtomicBool::new(false);
     let rest: Vec<usize> = (0..stopped).collect();
     let status = {
         let c = &*c;
-        let loaders =
-            futures::future::join_all((0..LOADERS).map(|l| load(c, &rest, l, &stop, &seen)));
-        let drive = async {
-            let result = c.sigterm_and_wait(stopped).await;
-            stop.store(true, Ordering::Relaxed);
-            result
-        };
-        let (_, status) = tokio::join!(loaders, drive);
-        status?
+        under_load(c, &rest, &seen, c.sigterm_and_wait(stopped)).await?
     };
     ensure!(status.success(), "node {stopped} exited with {status}");
-    eprintln!(
-        "SIGTERM drain under load: {} of {} requests answered 503: {:#?}",
-        seen.unavailable.load(Ordering::Relaxed),
-        seen.acked.lock().values().sum::<u64>() + seen.unavailable.load(Ordering::Relaxed),
-        seen.unavailable_reasons.lock()
-    );
+    report_unavailable("SIGTERM drain under load", &seen);
     check_counts(c, 0, &seen, &BTreeMap::new()).await
 }
 

@@ -14,7 +14,7 @@ use anyhow::{Context, bail, ensure};
 
 use crate::drain::{
     ACTORS, CLOSE_SERVICE_RESTART, LOADERS, Load, PHASE_TIME_MAX, check_counts, claim_through,
-    load, set_alarm, warm_up,
+    load, report_unavailable, set_alarm, under_load, warm_up,
 };
 use crate::runner::{BucketKind, Cluster, ClusterOptions, POLL_PERIOD};
 
@@ -286,42 +286,29 @@ async fn move_body(c: &mut Cluster) -> anyhow::Result<()> {
     // An alarm that falls due while the move runs.
     set_alarm(c, 0, &actor, ALARM_IN_MS).await?;
 
-    let stop = AtomicBool::new(false);
     let all: Vec<usize> = (0..c.len()).collect();
-    let loaders = futures::future::join_all((0..LOADERS).map(|l| load(c, &all, l, &stop, &seen)));
-    let drive = async {
-        let result = async {
-            let started = Instant::now();
-            let out = c
-                .cli(&["actor", "move", &actor, "--to", &target, "--wait"])
-                .await;
-            eprintln!("move of {actor} under load took {:?}", started.elapsed());
-            out?;
-            let code = socket.recv_close_code().await?;
-            ensure!(
-                code == Some(CLOSE_SERVICE_RESTART),
-                "the moving actor's socket closed with {code:?}"
-            );
-            // A client that reconnects through the old owner reaches the target.
-            let mut again = c.http.websocket(&c.url(0, &format!("/{actor}/ws"))).await?;
-            again.send_text("inc").await?;
-            again.recv_text().await?;
-            again.close().await;
-            anyhow::Ok(())
-        }
-        .await;
-        stop.store(true, Ordering::Relaxed);
-        result
-    };
-    let (_, driven) = tokio::join!(loaders, drive);
-    driven?;
+    under_load(c, &all, &seen, async {
+        let started = Instant::now();
+        let out = c
+            .cli(&["actor", "move", &actor, "--to", &target, "--wait"])
+            .await;
+        eprintln!("move of {actor} under load took {:?}", started.elapsed());
+        out?;
+        let code = socket.recv_close_code().await?;
+        ensure!(
+            code == Some(CLOSE_SERVICE_RESTART),
+            "the moving actor's socket closed with {code:?}"
+        );
+        // A client that reconnects through the old owner reaches the target.
+        let mut again = c.http.websocket(&c.url(0, &format!("/{actor}/ws"))).await?;
+        again.send_text("inc").await?;
+        again.recv_text().await?;
+        again.close().await;
+        anyhow::Ok(())
+    })
+    .await?;
     *extra.entry(a).or_default() += 1;
-    eprintln!(
-        "move under load: {} of {} requests answered 503: {:#?}",
-        seen.unavailable.load(Ordering::Relaxed),
-        seen.acked.lock().values().sum::<u64>() + seen.unavailable.load(Ordering::Relaxed),
-        seen.unavailable_reasons.lock()
-    );
+    report_unavailable("move under load", &seen);
     check_counts(c, 2, &seen, &extra).await?;
 
     // The target holds it, with its data; requests to the old owner reach it.
