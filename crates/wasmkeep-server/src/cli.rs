@@ -627,10 +627,18 @@ async fn node_list(view: ViewArgs) -> anyhow::Result<()> {
                 } else {
                     r.state.to_owned()
                 },
-                if r.drain_requested && r.drain == "none" {
-                    "requested".to_owned()
-                } else {
-                    r.drain.to_owned()
+                match (
+                    r.drain_requested && r.drain == "none",
+                    r.sockets_closing,
+                    r.releases_failed,
+                ) {
+                    (true, _, _) => "requested".to_owned(),
+                    // Hand-over progress (heartbeat line 13), shown while there is any.
+                    (false, 0, 0) => r.drain.to_owned(),
+                    (false, closing, failed) => format!(
+                        "{} ({closing} sockets closing, {failed} failed releases)",
+                        r.drain
+                    ),
                 },
                 if r.capabilities.is_empty() {
                     "-".to_owned()

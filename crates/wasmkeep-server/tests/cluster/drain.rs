@@ -99,6 +99,11 @@ async fn close_wait_body(c: &mut Cluster) -> anyhow::Result<()> {
         );
         tokio::time::sleep(POLL_PERIOD).await;
     }
+    let table = c.cli(&["node", "list"]).await?;
+    ensure!(
+        table.contains("draining (1 sockets closing, 0 failed releases)"),
+        "node list while the socket closes:\n{table}"
+    );
     let row = c.cli(&["actor", "inspect", actor, "--json"]).await?;
     let row: serde_json::Value = serde_json::from_str(&row)?;
     ensure!(
