@@ -10,7 +10,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{BIN, Server, folder_bucket, guest};
+use common::{BIN, Server, failed, folder_bucket, guest, ok};
 
 /// Runs `wasmkeep <args>` with `stdin` as its standard input.
 fn wasmkeep(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
@@ -26,25 +26,6 @@ fn wasmkeep(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
     // A command that refuses early may close stdin before reading it.
     let _ = child.stdin.take().unwrap().write_all(stdin);
     child.wait_with_output().unwrap()
-}
-
-fn ok(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "failed: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout.clone()).unwrap()
-}
-
-fn failed(output: &Output) -> String {
-    assert!(
-        !output.status.success(),
-        "succeeded unexpectedly: {}",
-        String::from_utf8_lossy(&output.stdout)
-    );
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn keygen(dir: &Path, app: &str, file: &str) -> PathBuf {

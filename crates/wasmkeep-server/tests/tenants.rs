@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{BIN, Resp, Server, folder_bucket, guest, request};
+use common::{BIN, Resp, Server, failed, folder_bucket, guest, ok, request};
 
 fn wasmkeep(dir: &Path, args: &[&str]) -> Output {
     Command::new(BIN)
@@ -17,21 +17,6 @@ fn wasmkeep(dir: &Path, args: &[&str]) -> Output {
         .current_dir(dir)
         .output()
         .unwrap()
-}
-
-fn ok(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "failed: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout.clone()).unwrap()
-}
-
-fn failed(output: &Output) -> String {
-    assert!(!output.status.success(), "succeeded unexpectedly");
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn node(dir: &Path, extra: &[&str]) -> Server {

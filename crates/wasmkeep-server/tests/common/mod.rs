@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_wasmkeep");
@@ -288,4 +288,25 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
 /// `file://` URL of a folder bucket inside `dir`.
 pub fn folder_bucket(dir: &Path) -> String {
     format!("file://{}", dir.join("bucket").display())
+}
+
+/// The stdout of a CLI command that must succeed (its stderr in the failure).
+pub fn ok(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+/// The stderr of a CLI command that must fail (its stdout in the failure).
+pub fn failed(output: &Output) -> String {
+    assert!(
+        !output.status.success(),
+        "succeeded unexpectedly: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
