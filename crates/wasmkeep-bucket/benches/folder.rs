@@ -52,7 +52,10 @@ async fn put_if_absent_rate(
     let dir = bench_dir()?;
     let bucket: Arc<dyn Bucket> = Arc::new(FolderBucket::open_with(
         dir.path(),
-        FolderOptions { sync_mode: mode },
+        FolderOptions {
+            sync_mode: mode,
+            ..Default::default()
+        },
     )?);
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -100,7 +103,7 @@ fn main() -> anyhow::Result<()> {
         fsync[FSYNC_SAMPLES - 1].as_secs_f64() * 1e3,
         1.0 / mean.as_secs_f64()
     );
-    for mode in [SyncMode::PerFile, SyncMode::Syncfs] {
+    for mode in [SyncMode::PerFile, SyncMode::Syncfs, SyncMode::Journal] {
         for writers in [1, 16, 64] {
             let rate = runtime.block_on(put_if_absent_rate(mode, writers, duration))?;
             println!(

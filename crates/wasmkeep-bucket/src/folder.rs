@@ -3,7 +3,8 @@
 //! durable when a write returns.
 //!
 //! Layout: the object `a/b/c` is the file `<root>/a/b/c`; `<root>/.locks/NN`
-//! are 256 lock files; `<root>/.tmp/` holds files being written.
+//! are 256 lock files (their first 8 bytes: the stripe's journal order);
+//! `<root>/.tmp/` holds files being written; `<root>/.wal/` the journals.
 //!
 //! How a write stays atomic and durable:
 //! - All writes of one `FolderBucket` go to one committer thread, which takes
@@ -15,7 +16,15 @@
 //!   renames them into place, makes the renames durable, releases the locks
 //!   and only then answers. Readers never lock: a rename replaces a file
 //!   whole, so a reader sees the old or the new object, never a torn one.
-//! - Two sync strategies ([`SyncMode`]): `Syncfs` (default) issues one
+//! - `SyncMode::Journal` (default, ADR 0025): instead of syncing the new
+//!   files and folders, the committer appends the batch to this process's
+//!   write-ahead journal (`.wal/`, see `journal.rs`) with one `fdatasync`,
+//!   then renames the files into place unsynced; a checkpoint (`syncfs`,
+//!   every [`CHECKPOINT_INTERVAL`]) makes them durable in place, and the next
+//!   open after a reboot replays what the journals hold beyond it. Bodies
+//!   over [`JOURNAL_BODY_MAX`] are synced in place as below, then marked in
+//!   the journal.
+//! - Two sync-in-place strategies: `Syncfs` issues one
 //!   `syncfs(2)` before and one after the renames; `PerFile` fdatasyncs the
 //!   batch's temporary files from a pool of threads, then fsyncs each touched
 //!   folder. Measured on the development VM (ext4, `benches/folder.rs`), 64
@@ -39,6 +48,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -48,6 +58,10 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::journal::{
+    CHECKPOINT_INTERVAL, Entry, EntryKind, JOURNAL_BATCH_BYTES_MAX, JOURNAL_BODY_MAX, JOURNAL_DIR,
+    Journal, JournalOptions, entry_bytes,
+};
 use crate::key::{validate_key, validate_prefix};
 use crate::{Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX, ListPage, Object, ObjectMeta, Result};
 
@@ -64,11 +78,18 @@ pub const SYNC_THREADS_MAX: usize = 32;
 pub const TEMP_FILE_STALE_AGE: Duration = Duration::from_secs(3600);
 
 const LOCKS_DIR: &str = ".locks";
-const TEMP_DIR: &str = ".tmp";
+pub(crate) const TEMP_DIR: &str = ".tmp";
 
-/// How the committer makes a batch durable.
+/// How the committer makes a batch durable. Every process sharing a folder
+/// must use the same mode (`wasmkeep` always uses the default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncMode {
+    /// Append the batch to this process's write-ahead journal with one
+    /// `fdatasync`, then rename the objects into place unsynced; a
+    /// checkpoint (`syncfs`, every [`CHECKPOINT_INTERVAL`]) makes them
+    /// durable in place. One flush per batch (ADR 0025).
+    #[default]
+    Journal,
     /// `fdatasync` every new file (in parallel), `fsync` every touched folder.
     /// Slower under many writers, but never waits for other programs' dirty
     /// data on the same file system.
@@ -79,7 +100,6 @@ pub enum SyncMode {
     /// most [`PER_FILE_SYNCS_MAX`] files (or folders) syncs them one by one
     /// instead: a lone writer waits for two small fsyncs (~0.2 ms each here),
     /// not two file-system-wide syncs (~1 ms each).
-    #[default]
     Syncfs,
 }
 
@@ -91,6 +111,14 @@ pub const PER_FILE_SYNCS_MAX: usize = 2;
 #[derive(Debug, Clone, Default)]
 pub struct FolderOptions {
     pub sync_mode: SyncMode,
+    /// Tests: the boot id the journal compares with the folder's last one
+    /// (default: this machine's), to play a reboot.
+    #[doc(hidden)]
+    pub journal_boot_id: Option<String>,
+    /// Tests: how often the journal checkpoints (default
+    /// [`CHECKPOINT_INTERVAL`]); a long one plays a crash before it.
+    #[doc(hidden)]
+    pub journal_checkpoint_interval: Option<Duration>,
 }
 
 /// The `file://` bucket. Cheap to share behind an `Arc`; dropping the last
@@ -165,10 +193,10 @@ fn prefix_collision(key: &str) -> Error {
 /// Keys whose first segment is reserved for the backend's own files.
 fn check_not_reserved(key: &str) -> Result<()> {
     let first = key.split('/').next().unwrap_or_default();
-    if first == LOCKS_DIR || first == TEMP_DIR {
+    if first == LOCKS_DIR || first == TEMP_DIR || first == JOURNAL_DIR {
         return Err(Error::InvalidKey {
             key: key.to_owned(),
-            reason: "`.locks` and `.tmp` are reserved by the folder backend",
+            reason: "`.locks`, `.tmp` and `.wal` are reserved by the folder backend",
         });
     }
     Ok(())
@@ -221,6 +249,21 @@ impl FolderBucket {
         fs::create_dir_all(root.join(TEMP_DIR)).map_err(|e| config("create .tmp", e))?;
         remove_stale_temp_files(&root.join(TEMP_DIR));
         let root_dir = File::open(&root).map_err(|e| config("open", e))?;
+        let journal = match options.sync_mode {
+            SyncMode::Journal => Some(
+                Journal::open(
+                    &root,
+                    &JournalOptions {
+                        boot_id: options.journal_boot_id.clone(),
+                        checkpoint_interval: options
+                            .journal_checkpoint_interval
+                            .unwrap_or(CHECKPOINT_INTERVAL),
+                    },
+                )
+                .map_err(|e| config("open the write-ahead journal (.wal)", e))?,
+            ),
+            SyncMode::PerFile | SyncMode::Syncfs => None,
+        };
         let root = Arc::new(root);
         let (queue, receiver) = mpsc::channel(COMMIT_QUEUE_WRITES_MAX);
         let committer = Committer {
@@ -232,6 +275,7 @@ impl FolderBucket {
             temp_counter: 0,
             sync_pool: SyncPool::start(SYNC_THREADS_MAX)
                 .map_err(|e| config("start the sync threads", e))?,
+            journal,
         };
         std::thread::Builder::new()
             .name("wasmkeep-folder-commit".to_owned())
@@ -422,7 +466,8 @@ impl Walk<'_> {
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
-            if dir_key.is_empty() && (name == LOCKS_DIR || name == TEMP_DIR) {
+            if dir_key.is_empty() && (name == LOCKS_DIR || name == TEMP_DIR || name == JOURNAL_DIR)
+            {
                 continue;
             }
             let is_dir = entry
@@ -476,16 +521,25 @@ struct Committer {
     temp_prefix: String,
     temp_counter: u64,
     sync_pool: SyncPool,
+    journal: Option<Journal>,
 }
 
 /// What one request of a batch turned into.
 enum Plan {
     Answered(Result<Option<ObjectMeta>>),
-    Write { temp: PathBuf, meta: ObjectMeta },
-    Remove { existed: bool, durable: bool },
+    /// `journaled`: the body goes into the journal (the file is not synced).
+    Write {
+        temp: PathBuf,
+        meta: ObjectMeta,
+        journaled: bool,
+    },
+    Remove {
+        existed: bool,
+        durable: bool,
+    },
 }
 
-fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
+pub(crate) fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
     loop {
         // SAFETY: flock on a file descriptor we own; no memory is passed.
         let rc = unsafe { libc::flock(file.as_raw_fd(), operation) };
@@ -499,7 +553,7 @@ fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
     }
 }
 
-fn syncfs(file: &File) -> io::Result<()> {
+pub(crate) fn syncfs(file: &File) -> io::Result<()> {
     // SAFETY: syncfs on a file descriptor we own; no memory is passed.
     let rc = unsafe { libc::syncfs(file.as_raw_fd()) };
     if rc == 0 {
@@ -521,6 +575,9 @@ impl Committer {
             }
             self.commit(batch);
         }
+        if let Some(journal) = self.journal.take() {
+            journal.close();
+        }
     }
 
     fn lock_file(&mut self, stripe: usize) -> io::Result<&File> {
@@ -540,6 +597,19 @@ impl Committer {
     }
 
     fn commit(&mut self, batch: Vec<WriteRequest>) {
+        let journal_bytes = journal_budget(&batch).iter().sum::<usize>();
+        if let Some(journal) = &mut self.journal
+            && let Err(e) = journal.reserve(journal_bytes)
+        {
+            for request in batch {
+                let _ = request.reply.send(Err(io_unavailable(
+                    &request.key,
+                    "make room in the journal",
+                    &e,
+                )));
+            }
+            return;
+        }
         let stripes: BTreeSet<usize> = batch.iter().map(|r| stripe_of(&r.key)).collect();
         let mut locked = Vec::with_capacity(stripes.len());
         for stripe in &stripes {
@@ -557,11 +627,63 @@ impl Committer {
             }
             locked.push(*stripe);
         }
-        let answers = self.commit_locked(&batch);
+        let answers = if self.journal.is_some() {
+            match self.begin_journal_batch(&locked) {
+                Ok(position) => {
+                    let answers = self.commit_locked(&batch, Some(position));
+                    if let Some(journal) = &mut self.journal
+                        && let Err(e) = journal.end_batch()
+                    {
+                        tracing::error!(error = %e, "folder bucket: releasing the epoch lock failed");
+                    }
+                    answers
+                }
+                Err(e) => batch
+                    .iter()
+                    .map(|r| Err(io_unavailable(&r.key, "start a journal batch", &e)))
+                    .collect(),
+            }
+        } else {
+            self.commit_locked(&batch, None)
+        };
         self.unlock(&locked);
         for (request, answer) in batch.into_iter().zip(answers) {
             // The caller may have gone away; the write stands anyway.
             let _ = request.reply.send(answer);
+        }
+    }
+
+    /// Takes the shared epoch lock and the batch's order (one more than the
+    /// highest counter of its stripes, which all move to it). The epoch lock
+    /// is released again on error.
+    fn begin_journal_batch(&mut self, stripes: &[usize]) -> io::Result<JournalPosition> {
+        let journal = self.journal.as_mut().expect("journal mode");
+        let epoch = journal.begin_batch()?;
+        let ordered = (|| {
+            let mut order = 0u64;
+            for stripe in stripes {
+                let mut counter = [0u8; 8];
+                let file = self.locks[*stripe].as_ref().expect("locked above");
+                match file.read_exact_at(&mut counter, 0) {
+                    Ok(()) => order = order.max(u64::from_le_bytes(counter)),
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let order = order + 1;
+            for stripe in stripes {
+                let file = self.locks[*stripe].as_ref().expect("locked above");
+                file.write_all_at(&order.to_le_bytes(), 0)?;
+            }
+            Ok(order)
+        })();
+        match ordered {
+            Ok(order) => Ok(JournalPosition { epoch, order }),
+            Err(e) => {
+                let journal = self.journal.as_mut().expect("journal mode");
+                let _ = journal.end_batch();
+                Err(e)
+            }
         }
     }
 
@@ -622,6 +744,7 @@ impl Committer {
         &mut self,
         overlay: &mut HashMap<String, Option<Etag>>,
         request: &WriteRequest,
+        journaled: bool,
     ) -> Result<Plan> {
         let key = request.key.as_str();
         let current = self.current(overlay, key)?;
@@ -656,48 +779,107 @@ impl Committer {
         };
         let (temp, meta) = self.write_temp(key, bytes)?;
         overlay.insert(key.to_owned(), Some(meta.etag.clone()));
-        Ok(Plan::Write { temp, meta })
+        Ok(Plan::Write {
+            temp,
+            meta,
+            journaled,
+        })
     }
 
-    fn commit_locked(&mut self, batch: &[WriteRequest]) -> Vec<Result<Option<ObjectMeta>>> {
+    fn commit_locked(
+        &mut self,
+        batch: &[WriteRequest],
+        journal: Option<JournalPosition>,
+    ) -> Vec<Result<Option<ObjectMeta>>> {
+        let budget = journal_budget(batch);
         let mut overlay = HashMap::new();
         let mut plans: Vec<Plan> = batch
             .iter()
-            .map(|r| {
-                self.plan(&mut overlay, r)
+            .zip(&budget)
+            .map(|(r, bytes)| {
+                let journaled = journal.is_some() && *bytes > 0;
+                self.plan(&mut overlay, r, journaled)
                     .unwrap_or_else(|e| Plan::Answered(Err(e)))
             })
             .collect();
 
-        // 1. Make the new files durable before any of them becomes visible.
+        // 1. Make the new files that the journal does not hold durable
+        //    before any of them becomes visible.
         let temps: Vec<&Path> = plans
             .iter()
-            .filter_map(|p| {
-                if let Plan::Write { temp, .. } = p {
-                    Some(temp.as_path())
-                } else {
-                    None
-                }
+            .filter_map(|p| match p {
+                Plan::Write {
+                    temp,
+                    journaled: false,
+                    ..
+                } => Some(temp.as_path()),
+                _ => None,
             })
             .collect();
         if !temps.is_empty()
             && let Err(e) = self.sync_files(&temps)
         {
-            for (plan, request) in plans.iter_mut().zip(batch) {
-                if let Plan::Write { temp, .. } = plan {
-                    let _ = fs::remove_file(&temp);
-                }
-                if !matches!(plan, Plan::Answered(_)) {
-                    *plan = Plan::Answered(Err(io_unavailable(&request.key, "sync new files", &e)));
-                }
+            fail_unapplied(&mut plans, batch, "sync new files", &e);
+        }
+
+        // 1b. Journal mode: the journaled writes and deletes, durable in the
+        //     journal before any of them becomes visible.
+        if let Some(position) = journal {
+            let entries: Vec<Entry<'_>> = plans
+                .iter()
+                .zip(batch)
+                .enumerate()
+                .filter_map(|(index, (plan, request))| {
+                    let index = u32::try_from(index).expect("batches are small");
+                    match (plan, &request.op) {
+                        (
+                            Plan::Write {
+                                journaled: true, ..
+                            },
+                            WriteOp::Put(body)
+                            | WriteOp::PutIfAbsent(body)
+                            | WriteOp::PutIfMatch(body, _),
+                        ) => Some(Entry {
+                            index,
+                            kind: EntryKind::Put,
+                            key: &request.key,
+                            body,
+                        }),
+                        (
+                            Plan::Remove {
+                                existed: true,
+                                durable: true,
+                            },
+                            _,
+                        ) => Some(Entry {
+                            index,
+                            kind: EntryKind::Delete,
+                            key: &request.key,
+                            body: &[],
+                        }),
+                        _ => None,
+                    }
+                })
+                .collect();
+            let appended = self.journal.as_mut().expect("journal mode").append(
+                position.epoch,
+                position.order,
+                &entries,
+            );
+            drop(entries);
+            if let Err(e) = appended {
+                fail_unapplied(&mut plans, batch, "append to the journal", &e);
             }
         }
 
-        // 2. Rename into place / remove, in request order.
+        // 2. Rename into place / remove, in request order. Folders to sync:
+        //    those of writes and deletes the journal does not hold.
         let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut unsynced_dirs: BTreeSet<PathBuf> = BTreeSet::new();
         let mut answers = Vec::with_capacity(plans.len());
         let mut applied = Vec::with_capacity(plans.len());
-        for (plan, request) in plans.into_iter().zip(batch) {
+        let mut markers = Vec::new();
+        for (index, (plan, request)) in plans.into_iter().zip(batch).enumerate() {
             let key = request.key.as_str();
             let target = self.root.join(key);
             let answer = match plan {
@@ -705,26 +887,36 @@ impl Committer {
                     applied.push(false);
                     answer
                 }
-                Plan::Write { temp, meta } => {
-                    let moved = self
-                        .create_parents(&target, &mut touched_dirs)
-                        .and_then(|()| {
-                            fs::rename(&temp, &target).map_err(|e| {
-                                if e.kind() == io::ErrorKind::IsADirectory
-                                    || e.raw_os_error() == Some(libc::ENOTDIR)
-                                {
-                                    prefix_collision(key)
-                                } else {
-                                    io_unavailable(key, "rename into place", &e)
-                                }
-                            })
-                        });
+                Plan::Write {
+                    temp,
+                    meta,
+                    journaled,
+                } => {
+                    let dirs = if journaled {
+                        &mut unsynced_dirs
+                    } else {
+                        &mut touched_dirs
+                    };
+                    let moved = self.create_parents(&target, dirs).and_then(|()| {
+                        fs::rename(&temp, &target).map_err(|e| {
+                            if e.kind() == io::ErrorKind::IsADirectory
+                                || e.raw_os_error() == Some(libc::ENOTDIR)
+                            {
+                                prefix_collision(key)
+                            } else {
+                                io_unavailable(key, "rename into place", &e)
+                            }
+                        })
+                    });
                     if moved.is_err() {
                         let _ = fs::remove_file(&temp);
                     }
-                    applied.push(moved.is_ok());
-                    if let Some(parent) = target.parent() {
+                    applied.push(moved.is_ok() && !journaled);
+                    if !journaled && let Some(parent) = target.parent() {
                         touched_dirs.insert(parent.to_path_buf());
+                    }
+                    if moved.is_ok() && !journaled && journal.is_some() {
+                        markers.push(index);
                     }
                     moved.map(|()| Some(meta))
                 }
@@ -738,11 +930,9 @@ impl Committer {
                     } else {
                         Ok(None)
                     };
-                    applied.push(existed && removed.is_ok());
-                    if existed
-                        && durable
-                        && let Some(parent) = target.parent()
-                    {
+                    let synced_here = existed && durable && journal.is_none();
+                    applied.push(synced_here && removed.is_ok());
+                    if synced_here && let Some(parent) = target.parent() {
                         touched_dirs.insert(parent.to_path_buf());
                     }
                     removed
@@ -751,15 +941,45 @@ impl Committer {
             answers.push(answer);
         }
 
-        // 3. Make the renames durable.
+        // 3. Make the renames durable (those the journal does not hold).
         if !touched_dirs.is_empty()
             && let Err(e) = self.sync_dirs(&touched_dirs)
         {
-            for ((answer, request), applied) in answers.iter_mut().zip(batch).zip(applied) {
-                if applied {
+            for ((answer, request), applied) in answers.iter_mut().zip(batch).zip(&applied) {
+                if *applied {
                     *answer = Err(Error::OutcomeUnknown {
                         key: request.key.clone(),
                         reason: format!("sync after rename failed: {e}"),
+                    });
+                }
+            }
+            markers.clear();
+        }
+
+        // 4. Journal mode: mark the writes synced in place, so an older
+        //    journaled entry for their key is never replayed over them.
+        if let Some(position) = journal
+            && !markers.is_empty()
+        {
+            let entries: Vec<Entry<'_>> = markers
+                .iter()
+                .map(|index| Entry {
+                    index: u32::try_from(*index).expect("batches are small"),
+                    kind: EntryKind::Durable,
+                    key: &batch[*index].key,
+                    body: &[],
+                })
+                .collect();
+            let appended = self.journal.as_mut().expect("journal mode").append(
+                position.epoch,
+                position.order,
+                &entries,
+            );
+            if let Err(e) = appended {
+                for index in &markers {
+                    answers[*index] = Err(Error::OutcomeUnknown {
+                        key: batch[*index].key.clone(),
+                        reason: format!("journal marker failed: {e}"),
                     });
                 }
             }
@@ -813,18 +1033,77 @@ impl Committer {
 
     fn sync_files(&self, temps: &[&Path]) -> io::Result<()> {
         match self.sync_mode {
-            SyncMode::Syncfs if temps.len() > PER_FILE_SYNCS_MAX => syncfs(&self.root_dir),
-            SyncMode::Syncfs | SyncMode::PerFile => self.sync_pool.sync_all(temps, true),
+            SyncMode::Syncfs | SyncMode::Journal if temps.len() > PER_FILE_SYNCS_MAX => {
+                syncfs(&self.root_dir)
+            }
+            SyncMode::Syncfs | SyncMode::Journal | SyncMode::PerFile => {
+                self.sync_pool.sync_all(temps, true)
+            }
         }
     }
 
     fn sync_dirs(&self, dirs: &BTreeSet<PathBuf>) -> io::Result<()> {
         match self.sync_mode {
-            SyncMode::Syncfs if dirs.len() > PER_FILE_SYNCS_MAX => syncfs(&self.root_dir),
-            SyncMode::Syncfs | SyncMode::PerFile => {
+            SyncMode::Syncfs | SyncMode::Journal if dirs.len() > PER_FILE_SYNCS_MAX => {
+                syncfs(&self.root_dir)
+            }
+            SyncMode::Syncfs | SyncMode::Journal | SyncMode::PerFile => {
                 let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
                 self.sync_pool.sync_all(&dirs, false)
             }
+        }
+    }
+}
+
+/// Where a journal batch stands: its epoch and its order.
+#[derive(Debug, Clone, Copy)]
+struct JournalPosition {
+    epoch: u64,
+    order: u64,
+}
+
+/// The journal bytes each request of a batch may use (0: not journaled; its
+/// file is synced in place instead). Bodies over [`JOURNAL_BODY_MAX`] and
+/// everything past [`JOURNAL_BATCH_BYTES_MAX`] in a batch are not journaled;
+/// deletes need a small entry, markers are counted for the rest.
+fn journal_budget(batch: &[WriteRequest]) -> Vec<usize> {
+    let mut used = 0usize;
+    batch
+        .iter()
+        .map(|request| {
+            let body = match &request.op {
+                WriteOp::Put(b) | WriteOp::PutIfAbsent(b) | WriteOp::PutIfMatch(b, _) => {
+                    Some(b.len())
+                }
+                WriteOp::Delete | WriteOp::DeleteIfMatch(_) => Some(0),
+                WriteOp::DeleteNotDurable => None,
+            };
+            let marker = entry_bytes(&request.key, 0);
+            let bytes = match body {
+                Some(len) if len <= JOURNAL_BODY_MAX => entry_bytes(&request.key, len),
+                _ => 0,
+            };
+            if bytes > 0 && used + bytes <= JOURNAL_BATCH_BYTES_MAX {
+                used += bytes;
+                bytes
+            } else {
+                // Room for a marker (or nothing, for a non-durable delete).
+                used += marker;
+                0
+            }
+        })
+        .collect()
+}
+
+/// Answers every plan not yet answered with `what` failed, removing its
+/// temporary file: nothing of it was applied.
+fn fail_unapplied(plans: &mut [Plan], batch: &[WriteRequest], what: &str, e: &io::Error) {
+    for (plan, request) in plans.iter_mut().zip(batch) {
+        if let Plan::Write { temp, .. } = plan {
+            let _ = fs::remove_file(&temp);
+        }
+        if !matches!(plan, Plan::Answered(_)) {
+            *plan = Plan::Answered(Err(io_unavailable(&request.key, what, e)));
         }
     }
 }

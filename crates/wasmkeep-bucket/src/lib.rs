@@ -23,6 +23,7 @@
 //! memory behaves the same on a folder or S3.
 
 mod folder;
+mod journal;
 pub mod key;
 mod memory;
 mod open;
@@ -32,6 +33,7 @@ pub use folder::{
     COMMIT_BATCH_WRITES_MAX, COMMIT_QUEUE_WRITES_MAX, FolderBucket, FolderOptions, LOCK_STRIPES,
     SyncMode, content_etag,
 };
+pub use journal::{CHECKPOINT_INTERVAL, JOURNAL_BODY_MAX, JOURNAL_BYTES_MAX};
 pub use memory::{FAULT_QUEUE_LEN_MAX, Fault, Faults, MemoryBucket};
 pub use open::open;
 pub use s3::{RETRIES_MAX, RETRY_TIMEOUT, S3Bucket};

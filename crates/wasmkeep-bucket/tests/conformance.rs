@@ -457,10 +457,11 @@ mod fixtures {
         })
     }
 
-    pub async fn folder_per_file(_test: &str) -> anyhow::Result<Fixture> {
+    fn folder_with(mode: wasmkeep_bucket::SyncMode) -> anyhow::Result<Fixture> {
         let dir = tempfile::tempdir()?;
         let options = wasmkeep_bucket::FolderOptions {
-            sync_mode: wasmkeep_bucket::SyncMode::PerFile,
+            sync_mode: mode,
+            ..Default::default()
         };
         let bucket = wasmkeep_bucket::FolderBucket::open_with(dir.path(), options)?;
         Ok(Fixture {
@@ -468,6 +469,14 @@ mod fixtures {
             prefix: "t/".to_owned(),
             _keep: Box::new(dir),
         })
+    }
+
+    pub async fn folder_per_file(_test: &str) -> anyhow::Result<Fixture> {
+        folder_with(wasmkeep_bucket::SyncMode::PerFile)
+    }
+
+    pub async fn folder_syncfs(_test: &str) -> anyhow::Result<Fixture> {
+        folder_with(wasmkeep_bucket::SyncMode::Syncfs)
     }
 
     /// Every S3 test gets its own prefix in the binary's shared SeaweedFS.
@@ -487,6 +496,7 @@ mod fixtures {
 backend_suite!(memory);
 backend_suite!(folder);
 backend_suite!(folder_per_file);
+backend_suite!(folder_syncfs);
 backend_suite!(s3);
 
 /// Child processes of the folder tests find their job here.
@@ -508,7 +518,11 @@ fn folder_child_process() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let bucket = wasmkeep_bucket::FolderBucket::open(&root)?;
+        let bucket = if job == "journal" {
+            wasmkeep_bucket::FolderBucket::open_with(&root, crash_before_checkpoint(BOOT_ONE))?
+        } else {
+            wasmkeep_bucket::FolderBucket::open(&root)?
+        };
         match job.as_str() {
             "race" => {
                 let base = bucket.head("race/match").await?;
@@ -544,6 +558,34 @@ fn folder_child_process() -> anyhow::Result<()> {
                         .put("torn/object", Bytes::from(vec![fill; 1 << 20]))
                         .await?;
                     eprintln!("WROTE {i}");
+                }
+            }
+            "journal" => {
+                // One write per line of stdin (`put K V`, `big K`, `delete K`),
+                // answered `OK` once it returned; killed by the parent.
+                let (lines_tx, mut lines) = tokio::sync::mpsc::channel::<String>(1);
+                std::thread::spawn(move || {
+                    use std::io::BufRead;
+                    for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+                        if lines_tx.blocking_send(line).is_err() {
+                            return;
+                        }
+                    }
+                });
+                eprintln!("READY");
+                while let Some(line) = lines.recv().await {
+                    let words: Vec<&str> = line.split_whitespace().collect();
+                    match words.as_slice() {
+                        ["put", key, value] => {
+                            bucket.put(key, Bytes::from(value.to_string())).await?;
+                        }
+                        ["big", key] => {
+                            bucket.put(key, big_body(key)).await?;
+                        }
+                        ["delete", key] => bucket.delete(key).await?,
+                        other => anyhow::bail!("unknown command {other:?}"),
+                    }
+                    eprintln!("OK");
                 }
             }
             other => anyhow::bail!("unknown child job {other}"),
@@ -651,5 +693,199 @@ async fn folder_object_is_whole_after_kill_9() -> anyhow::Result<()> {
     );
     let fill = object.bytes[0];
     ensure!(object.bytes.iter().all(|b| *b == fill), "torn body");
+    Ok(())
+}
+
+/// The boot the journal tests' writers run in, and the one after "a reboot".
+const BOOT_ONE: &str = "test-boot-one";
+const BOOT_TWO: &str = "test-boot-two";
+
+/// Folder options that never checkpoint on their own: what such a writer
+/// leaves behind is what a crash before its next checkpoint leaves.
+fn crash_before_checkpoint(boot: &str) -> wasmkeep_bucket::FolderOptions {
+    wasmkeep_bucket::FolderOptions {
+        journal_boot_id: Some(boot.to_owned()),
+        journal_checkpoint_interval: Some(std::time::Duration::from_secs(3600)),
+        ..Default::default()
+    }
+}
+
+/// A body too large for the journal (written in place, with a marker).
+fn big_body(key: &str) -> Bytes {
+    let fill = key.bytes().last().unwrap_or(b'x');
+    Bytes::from(vec![fill; wasmkeep_bucket::JOURNAL_BODY_MAX + 1])
+}
+
+/// A journal test writer: a child process driven one write at a time.
+struct Writer {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
+}
+
+impl Writer {
+    fn start(root: &std::path::Path) -> anyhow::Result<Writer> {
+        use std::io::BufRead;
+        let mut child = spawn_child("journal", root)?;
+        let stdin = child.stdin.take().context("stdin")?;
+        let mut lines = std::io::BufReader::new(child.stderr.take().context("stderr")?).lines();
+        while lines.next().context("child ended before READY")?? != "READY" {}
+        Ok(Writer {
+            child,
+            stdin,
+            lines,
+        })
+    }
+
+    /// Sends one command and waits until the write returned.
+    fn run(&mut self, command: &str) -> anyhow::Result<()> {
+        use std::io::Write;
+        writeln!(self.stdin, "{command}")?;
+        loop {
+            let line = self
+                .lines
+                .next()
+                .with_context(|| format!("child ended during {command:?}"))??;
+            if line == "OK" {
+                return Ok(());
+            }
+        }
+    }
+
+    fn kill_9(mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+fn journals(root: &std::path::Path) -> anyhow::Result<usize> {
+    Ok(std::fs::read_dir(root.join(".wal"))?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("j."))
+        .count())
+}
+
+/// Two processes write interleaved, both die before a checkpoint and the
+/// machine "reboots" losing what was not synced: the next open replays each
+/// key's last journaled write, across both journals, and nothing older.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_journal_replays_the_last_write_of_each_key_after_a_reboot() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut a = Writer::start(&root)?;
+        let mut b = Writer::start(&root)?;
+        a.run("put j/x a1")?;
+        b.run("put j/x b1")?; // the newer write, in the other journal
+        b.run("put j/y b1")?;
+        a.run("put j/y a2")?;
+        a.run("put j/z z1")?;
+        a.run("delete j/z")?;
+        a.run("big j/w")?;
+        b.run("put j/w small")?; // a journaled write after one synced in place
+        a.run("put j/v old")?;
+        b.run("big j/v")?; // synced in place after a journaled one: its marker wins
+        a.run("put j/t t1")?;
+        a.kill_9()?;
+        b.kill_9()?;
+        ensure!(journals(&root)? == 2, "both journals stay after kill -9");
+        // The power cut: what was renamed but not synced is gone or torn.
+        for key in ["j/x", "j/y", "j/w"] {
+            std::fs::remove_file(root.join(key))?;
+        }
+        std::fs::write(root.join("j/z"), "z1")?; // the delete was lost
+        std::fs::write(root.join("j/t"), "t")?; // torn
+        Ok(())
+    })
+    .await??;
+
+    let bucket =
+        wasmkeep_bucket::FolderBucket::open_with(dir.path(), crash_before_checkpoint(BOOT_TWO))?;
+    let body = |key: &'static str| {
+        let bucket = &bucket;
+        async move { bucket.get(key).await.map(|o| o.bytes) }
+    };
+    ensure!(
+        body("j/x").await? == "b1",
+        "x: the newer write across journals"
+    );
+    ensure!(
+        body("j/y").await? == "a2",
+        "y: the newer write across journals"
+    );
+    ensure!(
+        matches!(body("j/z").await, Err(Error::NotFound { .. })),
+        "z: the delete is replayed"
+    );
+    ensure!(
+        body("j/w").await? == "small",
+        "w: the journaled write after the big one"
+    );
+    ensure!(
+        body("j/v").await? == big_body("j/v"),
+        "v: the big write's marker wins"
+    );
+    ensure!(
+        body("j/t").await? == "t1",
+        "t: the torn object is whole again"
+    );
+    ensure!(
+        journals(dir.path())? == 1,
+        "the dead journals are gone, ours stays"
+    );
+    Ok(())
+}
+
+/// A writer killed without a reboot: its objects stand (the page cache holds
+/// them) and the next open checkpoints them and removes its journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_journal_of_a_killed_process_is_checkpointed_at_the_next_open() -> anyhow::Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut a = Writer::start(&root)?;
+        a.run("put k/one 1")?;
+        a.run("delete k/one")?;
+        a.run("put k/two 2")?;
+        a.kill_9()
+    })
+    .await??;
+    ensure!(journals(dir.path())? == 1);
+    let bucket =
+        wasmkeep_bucket::FolderBucket::open_with(dir.path(), crash_before_checkpoint(BOOT_ONE))?;
+    ensure!(
+        journals(dir.path())? == 1,
+        "the dead journal was removed, ours created"
+    );
+    ensure!(matches!(
+        bucket.get("k/one").await,
+        Err(Error::NotFound { .. })
+    ));
+    ensure!(bucket.get("k/two").await?.bytes == "2");
+    Ok(())
+}
+
+/// More journaled bytes than the journal holds: the committer checkpoints
+/// and starts over, and every write stays readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_journal_that_fills_starts_over() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let bucket =
+        wasmkeep_bucket::FolderBucket::open_with(dir.path(), crash_before_checkpoint(BOOT_ONE))?;
+    let body = Bytes::from(vec![7u8; wasmkeep_bucket::JOURNAL_BODY_MAX - 4096]);
+    let writes = 2 * wasmkeep_bucket::JOURNAL_BYTES_MAX as usize / body.len();
+    for i in 0..writes {
+        bucket.put(&format!("fill/{i:04}"), body.clone()).await?;
+    }
+    for i in 0..writes {
+        ensure!(bucket.get(&format!("fill/{i:04}")).await?.bytes == body);
+    }
+    let wal = std::fs::read_dir(dir.path().join(".wal"))?
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("j."))
+        .context("our journal")?;
+    ensure!(wal.metadata()?.len() <= wasmkeep_bucket::JOURNAL_BYTES_MAX);
     Ok(())
 }

@@ -1,0 +1,702 @@
+//! The folder bucket's write-ahead journal (ADR 0025): one flush per batch.
+//!
+//! Each process sharing a folder appends its batches to a journal file of its
+//! own (`.wal/j.<pid>.<random>`, held with an exclusive `flock` for its life)
+//! and makes them durable with one `fdatasync` of blocks that were written
+//! before (no metadata to flush); the objects themselves are then renamed into
+//! place without syncing them. A checkpoint makes the materialized objects
+//! durable with one `syncfs` and lets every journal start over.
+//!
+//! Epochs tie the journals of all processes to the checkpoints:
+//! - `.wal/epoch` holds the current epoch. A batch holds a shared `flock` on
+//!   it from before it reads the epoch until its objects are renamed into
+//!   place; its entries carry that epoch.
+//! - A checkpoint takes the exclusive `flock` (so every batch of the old epoch,
+//!   in every process, has materialized its objects), bumps the epoch to
+//!   `e + 1`, releases the lock, runs `syncfs`, and then records `e` as
+//!   durable in `.wal/durable` (synced, never lowered). Every entry of an
+//!   epoch up to the durable one is on disk as an object and never replayed.
+//! - Entries carry an order: one more than the highest counter of the batch's
+//!   lock stripes (kept in the stripe lock files, under their locks), then
+//!   the position in the batch. Two entries for one key always share a stripe,
+//!   so the order of entries for one key is the order of their writes, across
+//!   processes.
+//!
+//! Recovery, at open, under the exclusive epoch lock:
+//! - The machine rebooted since the folder was last opened (`.wal/boot` names
+//!   another boot id): objects renamed after the last checkpoint may be lost
+//!   or torn. For every key, the last journaled entry of an epoch after the
+//!   durable one is applied again (a put writes its body, a delete removes the
+//!   object, a marker leaves the durable object as it is), then `syncfs`, then
+//!   the epoch moves past every replayed entry and the journals are removed.
+//! - Same boot: the page cache still holds every object a dead process
+//!   renamed. A checkpoint makes them durable and the dead journals are
+//!   removed; the entries of a batch that died before renaming (never
+//!   answered) are dropped with them.
+//!
+//! Bodies larger than [`JOURNAL_BODY_MAX`] are not copied into the journal:
+//! they are written the old way (file synced before the rename, folder synced
+//! after) and the journal gets a marker for their key once they are durable,
+//! so an older entry for the key is never replayed over them.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::folder::{flock, syncfs};
+
+/// The journal folder under the bucket's root (reserved, never an object).
+pub(crate) const JOURNAL_DIR: &str = ".wal";
+const EPOCH_FILE: &str = "epoch";
+const DURABLE_FILE: &str = "durable";
+const BOOT_FILE: &str = "boot";
+const JOURNAL_PREFIX: &str = "j.";
+
+/// Largest journal file; a full journal waits for a checkpoint.
+pub const JOURNAL_BYTES_MAX: u64 = 16 << 20;
+/// Bytes zero-filled when a journal is created; it grows by doubling, so
+/// overwriting is metadata-free after the first pass.
+const JOURNAL_ZEROED_START: u64 = 256 << 10;
+/// Larger bodies are synced in place (with a marker in the journal) rather
+/// than copied into it.
+pub const JOURNAL_BODY_MAX: usize = 256 << 10;
+/// Most journal bytes one batch may use; the rest of its writes take the
+/// synced path.
+pub(crate) const JOURNAL_BATCH_BYTES_MAX: usize = (JOURNAL_BYTES_MAX / 4) as usize;
+/// How often the checkpointer looks for journaled work to make durable.
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+
+const ENTRY_MAGIC: u32 = 0x314A_4B57; // "WKJ1"
+const ENTRY_HEADER_BYTES: usize = 32;
+const ENTRY_CRC_BYTES: usize = 4;
+const DURABLE_CHECK: u64 = 0x5741_534D_4B45_4550; // "WASMKEEP"
+
+/// What a journal entry does to its key when replayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    /// The key holds the body.
+    Put = 1,
+    /// The key is absent.
+    Delete = 2,
+    /// The key was made durable in place: keep what the disk holds.
+    Durable = 3,
+}
+
+impl EntryKind {
+    fn from_byte(b: u8) -> Option<Self> {
+        match b {
+            1 => Some(Self::Put),
+            2 => Some(Self::Delete),
+            3 => Some(Self::Durable),
+            _ => None,
+        }
+    }
+}
+
+/// One entry to append.
+pub(crate) struct Entry<'a> {
+    pub index: u32,
+    pub kind: EntryKind,
+    pub key: &'a str,
+    pub body: &'a [u8],
+}
+
+/// The encoded size of an entry.
+pub(crate) fn entry_bytes(key: &str, body_len: usize) -> usize {
+    ENTRY_HEADER_BYTES + key.len() + body_len + ENTRY_CRC_BYTES
+}
+
+fn encode(out: &mut Vec<u8>, epoch: u64, order: u64, entry: &Entry<'_>) {
+    let start = out.len();
+    let len = entry_bytes(entry.key, entry.body.len());
+    out.extend_from_slice(&ENTRY_MAGIC.to_le_bytes());
+    out.extend_from_slice(
+        &u32::try_from(len)
+            .expect("entries are bounded")
+            .to_le_bytes(),
+    );
+    out.extend_from_slice(&epoch.to_le_bytes());
+    out.extend_from_slice(&order.to_le_bytes());
+    out.extend_from_slice(&entry.index.to_le_bytes());
+    out.push(entry.kind as u8);
+    out.push(0);
+    out.extend_from_slice(
+        &u16::try_from(entry.key.len())
+            .expect("keys are at most 1024 bytes")
+            .to_le_bytes(),
+    );
+    out.extend_from_slice(entry.key.as_bytes());
+    out.extend_from_slice(entry.body);
+    let crc = crc32fast::hash(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// A decoded entry, as recovery reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decoded {
+    pub epoch: u64,
+    pub order: u64,
+    pub index: u32,
+    pub kind: EntryKind,
+    pub key: String,
+    pub body: Vec<u8>,
+}
+
+/// Decodes entries from the start of a journal until the first one that is
+/// not whole (zeros, a torn write, or an older entry cut by a newer one).
+pub(crate) fn decode_all(bytes: &[u8]) -> Vec<Decoded> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while let Some(header) = bytes.get(at..at + ENTRY_HEADER_BYTES) {
+        let word = |i: usize| u32::from_le_bytes(header[i..i + 4].try_into().expect("4 bytes"));
+        let long = |i: usize| u64::from_le_bytes(header[i..i + 8].try_into().expect("8 bytes"));
+        if word(0) != ENTRY_MAGIC {
+            break;
+        }
+        let len = word(4) as usize;
+        let key_len = usize::from(u16::from_le_bytes([header[30], header[31]]));
+        if len < ENTRY_HEADER_BYTES + key_len + ENTRY_CRC_BYTES {
+            break;
+        }
+        let Some(whole) = bytes.get(at..at + len) else {
+            break;
+        };
+        let (content, crc) = whole.split_at(len - ENTRY_CRC_BYTES);
+        if crc32fast::hash(content) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
+            break;
+        }
+        let Some(kind) = EntryKind::from_byte(header[28]) else {
+            break;
+        };
+        let key_end = ENTRY_HEADER_BYTES + key_len;
+        let Ok(key) = std::str::from_utf8(&content[ENTRY_HEADER_BYTES..key_end]) else {
+            break;
+        };
+        out.push(Decoded {
+            epoch: long(8),
+            order: long(16),
+            index: word(24),
+            kind,
+            key: key.to_owned(),
+            body: content[key_end..].to_vec(),
+        });
+        at += len;
+    }
+    out
+}
+
+/// This machine's boot id: a restart of the machine changes it, a restart of
+/// a process does not.
+fn current_boot_id() -> io::Result<String> {
+    Ok(fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        .trim()
+        .to_owned())
+}
+
+fn read_u64(file: &File, at: u64) -> io::Result<Option<u64>> {
+    let mut buf = [0u8; 8];
+    match file.read_exact_at(&mut buf, at) {
+        Ok(()) => Ok(Some(u64::from_le_bytes(buf))),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The durable epoch: two slots of (value, value ^ check), the newer valid
+/// one wins, so a torn write of one slot leaves the other.
+fn read_durable(file: &File) -> io::Result<u64> {
+    let mut best = 0;
+    for slot in 0..2u64 {
+        if let (Some(value), Some(check)) =
+            (read_u64(file, slot * 16)?, read_u64(file, slot * 16 + 8)?)
+            && value ^ DURABLE_CHECK == check
+        {
+            best = best.max(value);
+        }
+    }
+    Ok(best)
+}
+
+/// Raises the durable epoch to `epoch` (never lowers it), synced.
+fn raise_durable(file: &File, epoch: u64) -> io::Result<()> {
+    flock(file, libc::LOCK_EX)?;
+    let result = (|| {
+        if read_durable(file)? >= epoch {
+            return Ok(());
+        }
+        let mut slot = [0u8; 16];
+        slot[..8].copy_from_slice(&epoch.to_le_bytes());
+        slot[8..].copy_from_slice(&(epoch ^ DURABLE_CHECK).to_le_bytes());
+        file.write_all_at(&slot, (epoch % 2) * 16)?;
+        file.sync_data()
+    })();
+    let unlocked = flock(file, libc::LOCK_UN);
+    result.and(unlocked)
+}
+
+fn open_rw(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+/// What the committer and the checkpointer thread share.
+struct Shared {
+    root_dir: File,
+    /// A descriptor of `.wal/epoch` for the exclusive lock of checkpoints
+    /// (the committer's shared locks use another one: `flock` locks belong to
+    /// open file descriptions).
+    epoch_exclusive: Mutex<File>,
+    durable: File,
+    /// The highest epoch this process journaled (0: none).
+    journaled: AtomicU64,
+    /// The highest durable epoch this process knows of.
+    durable_seen: AtomicU64,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Shared {
+    /// Makes every journaled entry so far durable in place (see the module
+    /// docs). Serialized by the epoch lock's mutex.
+    fn checkpoint(&self) -> io::Result<()> {
+        let epoch_file = self.epoch_exclusive.lock();
+        flock(&epoch_file, libc::LOCK_EX)?;
+        let bumped = (|| {
+            let epoch = read_u64(&epoch_file, 0)?.unwrap_or(1).max(1);
+            epoch_file.write_all_at(&(epoch + 1).to_le_bytes(), 0)?;
+            Ok::<_, io::Error>(epoch)
+        })();
+        let unlocked = flock(&epoch_file, libc::LOCK_UN);
+        let epoch = bumped?;
+        unlocked?;
+        drop(epoch_file);
+        syncfs(&self.root_dir)?;
+        raise_durable(&self.durable, epoch)?;
+        self.durable_seen.fetch_max(epoch, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn dirty(&self) -> bool {
+        self.journaled.load(Ordering::SeqCst) > self.durable_seen.load(Ordering::SeqCst)
+    }
+}
+
+/// One process's journal (owned by the folder committer thread).
+pub(crate) struct Journal {
+    shared: Arc<Shared>,
+    path: PathBuf,
+    file: File,
+    /// The descriptor of `.wal/epoch` for the shared lock of batches.
+    epoch_shared: File,
+    offset: u64,
+    zeroed: u64,
+    buffer: Vec<u8>,
+    checkpointer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Options of [`Journal::open`] (tests change them).
+#[derive(Debug, Clone)]
+pub(crate) struct JournalOptions {
+    pub boot_id: Option<String>,
+    pub checkpoint_interval: Duration,
+}
+
+impl Journal {
+    /// Recovers the folder's journals (see the module docs) and starts this
+    /// process's own journal and checkpointer.
+    pub(crate) fn open(root: &Path, options: &JournalOptions) -> io::Result<Journal> {
+        let dir = root.join(JOURNAL_DIR);
+        fs::create_dir_all(&dir)?;
+        let root_dir = File::open(root)?;
+        let epoch_exclusive = open_rw(&dir.join(EPOCH_FILE))?;
+        let durable = open_rw(&dir.join(DURABLE_FILE))?;
+        let boot_id = match &options.boot_id {
+            Some(id) => id.clone(),
+            None => current_boot_id()?,
+        };
+        flock(&epoch_exclusive, libc::LOCK_EX)?;
+        let recovered = recover(root, &dir, &root_dir, &epoch_exclusive, &durable, &boot_id);
+        let created = recovered.and_then(|()| create_journal_file(&dir));
+        let unlocked = flock(&epoch_exclusive, libc::LOCK_UN);
+        let (path, file) = created?;
+        unlocked?;
+        let durable_now = read_durable(&durable)?;
+        let shared = Arc::new(Shared {
+            root_dir,
+            epoch_exclusive: Mutex::new(epoch_exclusive),
+            durable,
+            journaled: AtomicU64::new(0),
+            durable_seen: AtomicU64::new(durable_now),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let epoch_shared = open_rw(&dir.join(EPOCH_FILE))?;
+        let checkpointer = {
+            let shared = Arc::clone(&shared);
+            let interval = options.checkpoint_interval;
+            std::thread::Builder::new()
+                .name("wasmkeep-folder-checkpoint".to_owned())
+                .spawn(move || checkpoint_loop(&shared, interval))?
+        };
+        Ok(Journal {
+            shared,
+            path,
+            file,
+            epoch_shared,
+            offset: 0,
+            zeroed: JOURNAL_ZEROED_START,
+            buffer: Vec::new(),
+            checkpointer: Some(checkpointer),
+        })
+    }
+
+    /// Makes room for `bytes` more journal bytes: starts the journal over
+    /// when everything in it is durable, checkpointing first if need be.
+    /// Call before taking any lock.
+    pub(crate) fn reserve(&mut self, bytes: usize) -> io::Result<()> {
+        let bytes = bytes as u64;
+        if self.offset > 0 && !self.shared.dirty() {
+            self.offset = 0;
+        }
+        if self.offset + bytes <= JOURNAL_BYTES_MAX {
+            if self.offset + bytes > JOURNAL_BYTES_MAX / 2 {
+                self.shared.wake.notify_one();
+            }
+            return Ok(());
+        }
+        self.shared.checkpoint()?;
+        self.offset = 0;
+        Ok(())
+    }
+
+    /// Starts a batch: takes the shared epoch lock and returns the epoch its
+    /// entries carry. [`Journal::end_batch`] releases it once the batch's
+    /// objects are in place.
+    pub(crate) fn begin_batch(&mut self) -> io::Result<u64> {
+        flock(&self.epoch_shared, libc::LOCK_SH)?;
+        match read_u64(&self.epoch_shared, 0) {
+            Ok(epoch) => Ok(epoch.unwrap_or(1).max(1)),
+            Err(e) => {
+                let _ = flock(&self.epoch_shared, libc::LOCK_UN);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn end_batch(&mut self) -> io::Result<()> {
+        flock(&self.epoch_shared, libc::LOCK_UN)
+    }
+
+    /// Appends entries and makes them durable (one `fdatasync`).
+    pub(crate) fn append(
+        &mut self,
+        epoch: u64,
+        order: u64,
+        entries: &[Entry<'_>],
+    ) -> io::Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.buffer.clear();
+        for entry in entries {
+            encode(&mut self.buffer, epoch, order, entry);
+        }
+        let end = self.offset + self.buffer.len() as u64;
+        if end > JOURNAL_BYTES_MAX {
+            return Err(io::Error::other(
+                "journal full: the batch was not reserved (internal)",
+            ));
+        }
+        if end > self.zeroed {
+            // Allocate (write) the next stretch now, so later passes
+            // overwrite blocks without metadata to flush.
+            let grown = (self.zeroed * 2).max(end).min(JOURNAL_BYTES_MAX);
+            let zeros = vec![0u8; usize::try_from(grown - self.zeroed).expect("bounded")];
+            self.file.write_all_at(&zeros, self.zeroed)?;
+            self.zeroed = grown;
+        }
+        self.file.write_all_at(&self.buffer, self.offset)?;
+        self.file.sync_data()?;
+        self.offset = end;
+        self.shared.journaled.fetch_max(epoch, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// A clean stop: everything journaled is made durable in place and the
+    /// journal file removed.
+    pub(crate) fn close(mut self) {
+        self.stop_checkpointer();
+        if self.shared.dirty()
+            && let Err(e) = self.shared.checkpoint()
+        {
+            tracing::warn!(error = %e, "folder bucket: the last checkpoint failed; the journal stays for recovery");
+            return;
+        }
+        if let Err(e) = fs::remove_file(&self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "folder bucket: could not remove the journal");
+        }
+    }
+
+    fn stop_checkpointer(&mut self) {
+        *self.shared.stop.lock() = true;
+        self.shared.wake.notify_all();
+        if let Some(handle) = self.checkpointer.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.stop_checkpointer();
+    }
+}
+
+fn checkpoint_loop(shared: &Shared, interval: Duration) {
+    loop {
+        {
+            let mut stop = shared.stop.lock();
+            if *stop {
+                return;
+            }
+            shared.wake.wait_for(&mut stop, interval);
+            if *stop {
+                return;
+            }
+        }
+        if shared.dirty()
+            && let Err(e) = shared.checkpoint()
+        {
+            tracing::error!(error = %e, "folder bucket: checkpoint failed; retrying");
+        }
+    }
+}
+
+/// Creates this process's journal: zero-filled, locked, and durable as a
+/// folder entry before any batch relies on it.
+fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File)> {
+    let name = format!(
+        "{JOURNAL_PREFIX}{}.{:016x}",
+        std::process::id(),
+        rand::random::<u64>()
+    );
+    let path = dir.join(name);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    flock(&file, libc::LOCK_EX)?;
+    file.write_all_at(
+        &vec![0u8; usize::try_from(JOURNAL_ZEROED_START).expect("small")],
+        0,
+    )?;
+    file.sync_all()?;
+    File::open(dir)?.sync_all()?;
+    Ok((path, file))
+}
+
+/// The journals of processes that are gone (their lock is free), locked.
+fn dead_journals(dir: &Path) -> io::Result<Vec<(PathBuf, File)>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with(JOURNAL_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => out.push((path, file)),
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Recovery at open; the caller holds the exclusive epoch lock.
+fn recover(
+    root: &Path,
+    dir: &Path,
+    root_dir: &File,
+    epoch_file: &File,
+    durable_file: &File,
+    boot_id: &str,
+) -> io::Result<()> {
+    let boot_path = dir.join(BOOT_FILE);
+    let last_boot = match fs::read_to_string(&boot_path) {
+        Ok(s) => Some(s.trim().to_owned()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let dead = dead_journals(dir)?;
+    let epoch = read_u64(epoch_file, 0)?.unwrap_or(1).max(1);
+    let durable = read_durable(durable_file)?;
+    if last_boot.as_deref() == Some(boot_id) {
+        if dead.is_empty() {
+            return Ok(());
+        }
+        // Same boot: the page cache holds what the dead processes renamed.
+        epoch_file.write_all_at(&(epoch + 1).to_le_bytes(), 0)?;
+        syncfs(root_dir)?;
+        raise_durable(durable_file, epoch)?;
+        for (path, _lock) in &dead {
+            fs::remove_file(path)?;
+        }
+        return Ok(());
+    }
+    // Another boot (or the first open): replay what may have been lost.
+    let mut last: HashMap<String, Decoded> = HashMap::new();
+    let mut highest = epoch.max(durable);
+    for (path, _lock) in &dead {
+        let bytes = fs::read(path)?;
+        for entry in decode_all(&bytes) {
+            if entry.epoch <= durable {
+                continue;
+            }
+            highest = highest.max(entry.epoch);
+            let newer = last
+                .get(&entry.key)
+                .is_none_or(|have| (entry.order, entry.index) > (have.order, have.index));
+            if newer {
+                last.insert(entry.key.clone(), entry);
+            }
+        }
+    }
+    let replayed = last.len();
+    for entry in last.into_values() {
+        replay(root, &entry)?;
+    }
+    syncfs(root_dir)?;
+    epoch_file.write_all_at(&(highest + 1).to_le_bytes(), 0)?;
+    epoch_file.sync_data()?;
+    raise_durable(durable_file, highest)?;
+    for (path, _lock) in &dead {
+        fs::remove_file(path)?;
+    }
+    let temp = dir.join(format!("{BOOT_FILE}.tmp"));
+    fs::write(&temp, boot_id)?;
+    File::open(&temp)?.sync_all()?;
+    fs::rename(&temp, &boot_path)?;
+    File::open(dir)?.sync_all()?;
+    if replayed > 0 {
+        tracing::info!(
+            objects = replayed,
+            journals = dead.len(),
+            "folder bucket: replayed the journals of the last boot"
+        );
+    }
+    Ok(())
+}
+
+/// Applies one entry again (not synced: recovery syncs the file system once).
+fn replay(root: &Path, entry: &Decoded) -> io::Result<()> {
+    let target = root.join(&entry.key);
+    match entry.kind {
+        EntryKind::Durable => Ok(()),
+        EntryKind::Delete => match fs::remove_file(&target) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+        EntryKind::Put => {
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            let temp = root
+                .join(crate::folder::TEMP_DIR)
+                .join(format!("replay.{:016x}", rand::random::<u64>()));
+            fs::write(&temp, &entry.body)?;
+            fs::rename(&temp, &target)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_stop_at_the_first_damaged_one() {
+        let mut bytes = Vec::new();
+        let entries = [
+            Entry {
+                index: 0,
+                kind: EntryKind::Put,
+                key: "a/b",
+                body: b"hello",
+            },
+            Entry {
+                index: 1,
+                kind: EntryKind::Delete,
+                key: "c",
+                body: b"",
+            },
+            Entry {
+                index: 2,
+                kind: EntryKind::Durable,
+                key: "d/e/f",
+                body: b"",
+            },
+        ];
+        for entry in &entries {
+            encode(&mut bytes, 7, 42, entry);
+        }
+        let decoded = decode_all(&bytes);
+        assert_eq!(decoded.len(), 3);
+        assert_eq!(decoded[0].key, "a/b");
+        assert_eq!(decoded[0].body, b"hello");
+        assert_eq!(
+            (decoded[1].epoch, decoded[1].order, decoded[1].index),
+            (7, 42, 1)
+        );
+        assert_eq!(decoded[2].kind, EntryKind::Durable);
+        assert_eq!(
+            bytes.len(),
+            entries
+                .iter()
+                .map(|e| entry_bytes(e.key, e.body.len()))
+                .sum::<usize>()
+        );
+        // A flipped byte in the second entry ends the journal there.
+        let second = entry_bytes("a/b", 5);
+        let mut damaged = bytes.clone();
+        damaged[second + ENTRY_HEADER_BYTES] ^= 1;
+        assert_eq!(decode_all(&damaged).len(), 1);
+        // Zeros and a cut entry end it too.
+        assert!(decode_all(&[0u8; 64]).is_empty());
+        assert_eq!(decode_all(&bytes[..bytes.len() - 1]).len(), 2);
+    }
+
+    #[test]
+    fn the_durable_epoch_only_rises_and_survives_a_torn_slot() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let file = open_rw(&dir.path().join("durable"))?;
+        assert_eq!(read_durable(&file)?, 0);
+        raise_durable(&file, 5)?;
+        raise_durable(&file, 3)?;
+        assert_eq!(read_durable(&file)?, 5);
+        raise_durable(&file, 6)?;
+        assert_eq!(read_durable(&file)?, 6);
+        // Tear the slot of 6: the other slot (5) still answers.
+        file.write_all_at(&[0xff; 4], 0)?;
+        assert_eq!(read_durable(&file)?, 5);
+        Ok(())
+    }
+}
