@@ -71,7 +71,7 @@ pub const JOURNAL_BODY_MAX: usize = 256 << 10;
 /// synced path.
 pub(crate) const JOURNAL_BATCH_BYTES_MAX: usize = (JOURNAL_BYTES_MAX / 4) as usize;
 /// How often the checkpointer looks for journaled work to make durable.
-pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
 
 const ENTRY_MAGIC: u32 = 0x314A_4B57; // "WKJ1"
 const ENTRY_HEADER_BYTES: usize = 32;
