@@ -27,7 +27,7 @@ use wasmkeep_types::{ActorId, NodeId, TenantName};
 
 use crate::cluster::{self, MARKER_TAKE};
 use crate::mailbox::{CLOSE_SERVICE_RESTART, Job};
-use crate::node::{Node, Owner, Stub};
+use crate::node::{Activation, Node, Owner, Stub};
 use crate::{Error, Result};
 
 /// Response header of a take refused because another node holds the actor.
@@ -337,7 +337,18 @@ async fn delete_key(node: &Node, key: &str) {
 /// target should not race that call with a take of its own.
 async fn act_on(node: &Arc<Node>, key: MoveKey, free: &mut BTreeSet<String>) -> Acted {
     let actor = &key.actor;
-    if let Some(stub) = node.live_stub(actor) {
+    // A stub is not a hold: one that is still activating is decided at the
+    // next pass, and one whose activation found the actor elsewhere (it
+    // forwards with a hint) says nothing about the key.
+    let held = match node.live_stub(actor) {
+        Some(stub) => match stub.activation.get() {
+            Activation::Ready => Some(stub),
+            Activation::Pending => return Acted::Nothing,
+            Activation::Elsewhere(_) | Activation::Failed { .. } => None,
+        },
+        None => None,
+    };
+    if let Some(stub) = held {
         if !node.lease.is_valid() {
             return Acted::Nothing;
         }
