@@ -59,17 +59,19 @@ const DURABLE_FILE: &str = "durable";
 const BOOT_FILE: &str = "boot";
 const JOURNAL_PREFIX: &str = "j.";
 
-/// Largest journal file; a full journal waits for a checkpoint.
+/// Largest journal file: two regions of half this size (see [`Journal`]); a
+/// full region waits for a checkpoint.
 pub const JOURNAL_BYTES_MAX: u64 = 16 << 20;
-/// Bytes zero-filled when a journal is created; it grows by doubling, so
-/// overwriting is metadata-free after the first pass.
-const JOURNAL_ZEROED_START: u64 = 256 << 10;
+const REGION_BYTES: u64 = JOURNAL_BYTES_MAX / 2;
+/// Bytes of each region zero-filled when a journal is created; a region
+/// grows by doubling, so overwriting is metadata-free after the first pass.
+const JOURNAL_ZEROED_START: u64 = 128 << 10;
 /// Larger bodies are synced in place (with a marker in the journal) rather
 /// than copied into it.
 pub const JOURNAL_BODY_MAX: usize = 256 << 10;
 /// Most journal bytes one batch may use; the rest of its writes take the
 /// synced path.
-pub(crate) const JOURNAL_BATCH_BYTES_MAX: usize = (JOURNAL_BYTES_MAX / 4) as usize;
+pub(crate) const JOURNAL_BATCH_BYTES_MAX: usize = (REGION_BYTES / 2) as usize;
 /// How often the checkpointer looks for journaled work to make durable.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
 
@@ -293,16 +295,43 @@ impl Shared {
 }
 
 /// One process's journal (owned by the folder committer thread).
+///
+/// The file has two regions; a batch of epoch `e` goes to region `e % 2`.
+/// A region starts over (at its beginning) when the batch's epoch is newer
+/// than everything in it and all of that is durable, so the entries of the
+/// epoch after a checkpoint's bump never stand in the way of reusing the
+/// space of the epoch before it. Recovery reads both regions.
 pub(crate) struct Journal {
     shared: Arc<Shared>,
     path: PathBuf,
     file: File,
     /// The descriptor of `.wal/epoch` for the shared lock of batches.
     epoch_shared: File,
-    offset: u64,
-    zeroed: u64,
+    regions: [Region; 2],
     buffer: Vec<u8>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Where one region of the journal stands.
+#[derive(Debug, Clone, Copy)]
+struct Region {
+    /// Bytes of entries from the region's start.
+    offset: u64,
+    /// Bytes from the region's start known to be written (allocated).
+    zeroed: u64,
+    /// The highest epoch among its entries (0: none).
+    epoch: u64,
+}
+
+impl Region {
+    fn base(index: usize) -> u64 {
+        index as u64 * REGION_BYTES
+    }
+
+    /// Whether a batch of `epoch` may start the region over.
+    fn reusable(&self, epoch: u64, durable: u64) -> bool {
+        self.epoch < epoch && self.epoch <= durable
+    }
 }
 
 /// Options of [`Journal::open`] (tests change them).
@@ -354,29 +383,35 @@ impl Journal {
             path,
             file,
             epoch_shared,
-            offset: 0,
-            zeroed: JOURNAL_ZEROED_START,
+            regions: [Region {
+                offset: 0,
+                zeroed: JOURNAL_ZEROED_START,
+                epoch: 0,
+            }; 2],
             buffer: Vec::new(),
             checkpointer: Some(checkpointer),
         })
     }
 
-    /// Makes room for `bytes` more journal bytes: starts the journal over
-    /// when everything in it is durable, checkpointing first if need be.
-    /// Call before taking any lock.
+    /// Makes room for `bytes` more journal bytes in whichever region the
+    /// batch's epoch picks: a region that is full of entries not yet durable
+    /// is checkpointed first. Call before taking any lock.
     pub(crate) fn reserve(&mut self, bytes: usize) -> io::Result<()> {
         let bytes = bytes as u64;
-        if self.offset > 0 && !self.shared.dirty() {
-            self.offset = 0;
+        let durable = self.shared.durable_seen.load(Ordering::SeqCst);
+        let tight = self.regions.iter().any(|r| {
+            // The batch either appends or (newer epoch, all durable) starts over.
+            r.offset + bytes > REGION_BYTES && r.epoch > durable
+        });
+        if tight {
+            self.shared.checkpoint()?;
+        } else if self
+            .regions
+            .iter()
+            .any(|r| r.offset + bytes > REGION_BYTES / 2)
+        {
+            self.shared.wake.notify_one();
         }
-        if self.offset + bytes <= JOURNAL_BYTES_MAX {
-            if self.offset + bytes > JOURNAL_BYTES_MAX / 2 {
-                self.shared.wake.notify_one();
-            }
-            return Ok(());
-        }
-        self.shared.checkpoint()?;
-        self.offset = 0;
         Ok(())
     }
 
@@ -412,23 +447,31 @@ impl Journal {
         for entry in entries {
             encode(&mut self.buffer, epoch, order, entry);
         }
-        let end = self.offset + self.buffer.len() as u64;
-        if end > JOURNAL_BYTES_MAX {
+        let index = usize::try_from(epoch % 2).expect("0 or 1");
+        let durable = self.shared.durable_seen.load(Ordering::SeqCst);
+        let region = &mut self.regions[index];
+        if region.reusable(epoch, durable) {
+            region.offset = 0;
+        }
+        let end = region.offset + self.buffer.len() as u64;
+        if end > REGION_BYTES {
             return Err(io::Error::other(
-                "journal full: the batch was not reserved (internal)",
+                "journal region full: the batch was not reserved (internal)",
             ));
         }
-        if end > self.zeroed {
+        let base = Region::base(index);
+        if end > region.zeroed {
             // Allocate (write) the next stretch now, so later passes
             // overwrite blocks without metadata to flush.
-            let grown = (self.zeroed * 2).max(end).min(JOURNAL_BYTES_MAX);
-            let zeros = vec![0u8; usize::try_from(grown - self.zeroed).expect("bounded")];
-            self.file.write_all_at(&zeros, self.zeroed)?;
-            self.zeroed = grown;
+            let grown = (region.zeroed * 2).max(end).min(REGION_BYTES);
+            let zeros = vec![0u8; usize::try_from(grown - region.zeroed).expect("bounded")];
+            self.file.write_all_at(&zeros, base + region.zeroed)?;
+            region.zeroed = grown;
         }
-        self.file.write_all_at(&self.buffer, self.offset)?;
+        self.file.write_all_at(&self.buffer, base + region.offset)?;
         self.file.sync_data()?;
-        self.offset = end;
+        region.offset = end;
+        region.epoch = region.epoch.max(epoch);
         self.shared.journaled.fetch_max(epoch, Ordering::SeqCst);
         Ok(())
     }
@@ -498,10 +541,10 @@ fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File)> {
         .create_new(true)
         .open(&path)?;
     flock(&file, libc::LOCK_EX)?;
-    file.write_all_at(
-        &vec![0u8; usize::try_from(JOURNAL_ZEROED_START).expect("small")],
-        0,
-    )?;
+    let zeros = vec![0u8; usize::try_from(JOURNAL_ZEROED_START).expect("small")];
+    for index in 0..2 {
+        file.write_all_at(&zeros, Region::base(index))?;
+    }
     file.sync_all()?;
     File::open(dir)?.sync_all()?;
     Ok((path, file))
@@ -567,7 +610,11 @@ fn recover(
     let mut highest = epoch.max(durable);
     for (path, _lock) in &dead {
         let bytes = fs::read(path)?;
-        for entry in decode_all(&bytes) {
+        let half = bytes.len().min(REGION_BYTES as usize);
+        let regions = decode_all(&bytes[..half])
+            .into_iter()
+            .chain(decode_all(&bytes[half..]));
+        for entry in regions {
             if entry.epoch <= durable {
                 continue;
             }
