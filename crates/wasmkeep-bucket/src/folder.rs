@@ -597,9 +597,9 @@ impl Committer {
     }
 
     fn commit(&mut self, batch: Vec<WriteRequest>) {
-        let journal_bytes = journal_budget(&batch).iter().sum::<usize>();
+        let budget = journal_budget(&batch);
         if let Some(journal) = &mut self.journal
-            && let Err(e) = journal.reserve(journal_bytes)
+            && let Err(e) = journal.reserve(budget.iter().sum())
         {
             for request in batch {
                 let _ = request.reply.send(Err(io_unavailable(
@@ -630,7 +630,7 @@ impl Committer {
         let answers = if self.journal.is_some() {
             match self.begin_journal_batch(&locked) {
                 Ok(position) => {
-                    let answers = self.commit_locked(&batch, Some(position));
+                    let answers = self.commit_locked(&batch, &budget, Some(position));
                     if let Some(journal) = &mut self.journal
                         && let Err(e) = journal.end_batch()
                     {
@@ -644,7 +644,7 @@ impl Committer {
                     .collect(),
             }
         } else {
-            self.commit_locked(&batch, None)
+            self.commit_locked(&batch, &budget, None)
         };
         self.unlock(&locked);
         for (request, answer) in batch.into_iter().zip(answers) {
@@ -789,13 +789,13 @@ impl Committer {
     fn commit_locked(
         &mut self,
         batch: &[WriteRequest],
+        budget: &[usize],
         journal: Option<JournalPosition>,
     ) -> Vec<Result<Option<ObjectMeta>>> {
-        let budget = journal_budget(batch);
         let mut overlay = HashMap::new();
         let mut plans: Vec<Plan> = batch
             .iter()
-            .zip(&budget)
+            .zip(budget)
             .map(|(r, bytes)| {
                 let journaled = journal.is_some() && *bytes > 0;
                 self.plan(&mut overlay, r, journaled)

@@ -408,8 +408,10 @@ impl Journal {
         } else if self
             .regions
             .iter()
-            .any(|r| r.offset + bytes > REGION_BYTES / 2)
+            .any(|r| r.epoch > durable && r.offset + bytes > REGION_BYTES / 2)
         {
+            // Half full of entries not yet durable: checkpoint soon (a
+            // region that is all durable starts over at its next epoch).
             self.shared.wake.notify_one();
         }
         Ok(())
