@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use parking_lot::Mutex;
 
+use crate::client::Socket;
 use crate::runner::{BucketKind, Cluster, ClusterOptions, POLL_PERIOD};
 
 /// Actors under load; actor `d{a}` is first claimed by node `a % nodes`.
@@ -79,9 +80,8 @@ async fn close_wait_body(c: &mut Cluster) -> anyhow::Result<()> {
     let (n0, n1) = (c.node_id(0).to_owned(), c.node_id(1).to_owned());
     let actor = "t/counter/w";
     claim_through(c, 0, actor, deadline).await?;
-    let mut socket = c.http.websocket(&c.url(0, &format!("/{actor}/ws"))).await?;
-    socket.send_text("inc").await?;
-    ensure!(socket.recv_text().await? == "2", "the socket's increment");
+    let (mut socket, count) = socket_increment(c, 0, actor).await?;
+    ensure!(count == "2", "the socket's increment");
 
     c.cli(&["node", "drain", &n0]).await?;
     loop {
@@ -185,6 +185,19 @@ pub(crate) async fn claim_through(
         r.node()
     );
     Ok(())
+}
+
+/// Opens a socket to the counter `actor` through node `i` and increments it
+/// once over it; returns the socket and the count it answered.
+pub(crate) async fn socket_increment(
+    c: &Cluster,
+    i: usize,
+    actor: &str,
+) -> anyhow::Result<(Socket, String)> {
+    let mut socket = c.http.websocket(&c.url(i, &format!("/{actor}/ws"))).await?;
+    socket.send_text("inc").await?;
+    let count = socket.recv_text().await?;
+    Ok((socket, count))
 }
 
 /// Sets the counter `actor`'s alarm `in_ms` ahead through node `i`; returns
@@ -356,12 +369,8 @@ async fn drain_body(c: &mut Cluster) -> anyhow::Result<()> {
     let (alarm_actor, socket_actor) = (on_drained[0], on_drained[1]);
 
     // A socket to an actor of the drained node, through that node.
-    let mut socket = c
-        .http
-        .websocket(&c.url(0, &format!("/t/counter/d{socket_actor}/ws")))
-        .await?;
-    socket.send_text("inc").await?;
-    socket.recv_text().await?;
+    let socket_key = format!("t/counter/d{socket_actor}");
+    let (mut socket, _) = socket_increment(c, 0, &socket_key).await?;
     let mut extra = BTreeMap::from([(socket_actor, 1u64)]);
 
     // An alarm that falls due while the drain runs.
@@ -379,12 +388,7 @@ async fn drain_body(c: &mut Cluster) -> anyhow::Result<()> {
             code == Some(CLOSE_SERVICE_RESTART),
             "socket closed with {code:?}"
         );
-        let mut again = c
-            .http
-            .websocket(&c.url(0, &format!("/t/counter/d{socket_actor}/ws")))
-            .await?;
-        again.send_text("inc").await?;
-        again.recv_text().await?;
+        let (again, _) = socket_increment(c, 0, &socket_key).await?;
         again.close().await;
         *extra.entry(socket_actor).or_default() += 1;
         anyhow::Ok(())

@@ -14,7 +14,7 @@ use anyhow::{Context, bail, ensure};
 
 use crate::drain::{
     ACTORS, CLOSE_SERVICE_RESTART, LOADERS, Load, PHASE_TIME_MAX, check_counts, claim_through,
-    load, report_unavailable, set_alarm, under_load, warm_up,
+    load, report_unavailable, set_alarm, socket_increment, under_load, warm_up,
 };
 use crate::runner::{BucketKind, Cluster, ClusterOptions, POLL_PERIOD};
 
@@ -278,9 +278,7 @@ async fn move_body(c: &mut Cluster) -> anyhow::Result<()> {
     let mut extra = BTreeMap::from([(a, 1u64)]);
 
     // A socket to the moving actor, through its owner.
-    let mut socket = c.http.websocket(&c.url(0, &format!("/{actor}/ws"))).await?;
-    socket.send_text("inc").await?;
-    socket.recv_text().await?;
+    let (mut socket, _) = socket_increment(c, 0, &actor).await?;
     *extra.entry(a).or_default() += 1;
 
     // An alarm that falls due while the move runs.
@@ -300,9 +298,7 @@ async fn move_body(c: &mut Cluster) -> anyhow::Result<()> {
             "the moving actor's socket closed with {code:?}"
         );
         // A client that reconnects through the old owner reaches the target.
-        let mut again = c.http.websocket(&c.url(0, &format!("/{actor}/ws"))).await?;
-        again.send_text("inc").await?;
-        again.recv_text().await?;
+        let (again, _) = socket_increment(c, 0, &actor).await?;
         again.close().await;
         anyhow::Ok(())
     })
