@@ -882,6 +882,10 @@ impl Node {
     pub(crate) fn waits_on_any(&self, actor: &ActorId, callers: &[ActorId]) -> Option<ActorId> {
         /// Longest waits-for path followed (longer ones are cut, not refused).
         const WAITS_FOR_STEPS_MAX: usize = 64;
+        if callers.is_empty() {
+            // A client's request: nobody to wait on (and no lookups to pay).
+            return None;
+        }
         let mut at = actor.clone();
         for _ in 0..WAITS_FOR_STEPS_MAX {
             let next = match self.actors.lock().get(&at) {

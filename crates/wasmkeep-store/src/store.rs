@@ -100,6 +100,10 @@ struct Shared {
     bucket: Arc<dyn Bucket>,
     keys: Keys,
     actor: ActorId,
+    /// `actor` as record headers spell it, made once.
+    actor_text: String,
+    /// The actor's log prefix in the bucket, made once.
+    log_prefix: String,
     writer: WriterId,
     config: StoreConfig,
     state: Mutex<FlushState>,
@@ -123,7 +127,7 @@ impl Shared {
     }
 
     fn header_text_bytes(&self) -> usize {
-        self.actor.to_string().len() + self.writer.node.len() + self.writer.incarnation.len()
+        self.actor_text.len() + self.writer.node.len() + self.writer.incarnation.len()
     }
 }
 
@@ -336,6 +340,8 @@ impl ActorStore {
         });
         let shared = Arc::new(Shared {
             bucket,
+            actor_text: actor.to_string(),
+            log_prefix: keys.actor_log_prefix(&actor),
             keys,
             actor,
             writer,
@@ -920,18 +926,17 @@ async fn write_record(
     rec: &Pending,
     durable_alarm: &mut Option<i64>,
 ) -> Result<(), FailureKind> {
-    let actor = shared.actor.to_string();
     let header = Header {
         kind: Kind::Log,
         seq: rec.seq,
         db_pages: rec.db_pages,
         alarm_ms: rec.alarm_ms,
-        actor: &actor,
+        actor: &shared.actor_text,
         node: &shared.writer.node,
         incarnation: &shared.writer.incarnation,
     };
     let body = record::encode(&header, rec.pages.iter().map(|(i, p)| (*i, &**p)));
-    let alarm_key = shared.keys.alarm(&shared.actor);
+    let alarm_key = || shared.keys.alarm(&shared.actor);
     // Alarm index before a record that sets the alarm: the sweep may then see
     // an alarm that is not committed (it checks), never miss one that is.
     if let Some(at) = rec.alarm_ms
@@ -939,20 +944,20 @@ async fn write_record(
     {
         put_retrying(
             &*shared.bucket,
-            &alarm_key,
+            &alarm_key(),
             Bytes::from(at.to_string()),
             &shared.config,
         )
         .await
         .map_err(|e| FailureKind::Broken(format!("alarm index not written: {e}")))?;
     }
-    let key = shared.keys.actor_log(&shared.actor, rec.seq);
+    let key = Keys::log_under(&shared.log_prefix, rec.seq);
     put_settled(&*shared.bucket, &key, body, &shared.config).await?;
     let before = std::mem::replace(durable_alarm, rec.alarm_ms);
     // ... and deleted only after the record that clears it.
     if rec.alarm_ms.is_none()
         && before.is_some()
-        && let Err(e) = delete_retrying(&*shared.bucket, &alarm_key, &shared.config).await
+        && let Err(e) = delete_retrying(&*shared.bucket, &alarm_key(), &shared.config).await
     {
         tracing::warn!(actor = %shared.actor, error = %e, "alarm index not deleted; the sweep will find no alarm");
     }
@@ -1119,13 +1124,12 @@ async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>) {
 }
 
 async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
-    let actor = shared.actor.to_string();
     let header = Header {
         kind: Kind::Snapshot,
         seq: snap.seq,
         db_pages: u32::try_from(snap.image.len()).expect("bounded by max_page_count"),
         alarm_ms: snap.alarm_ms,
-        actor: &actor,
+        actor: &shared.actor_text,
         node: &shared.writer.node,
         incarnation: &shared.writer.incarnation,
     };

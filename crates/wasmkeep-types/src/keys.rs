@@ -128,7 +128,13 @@ impl Keys {
     }
 
     pub fn actor_log(&self, actor: &ActorId, seq: u64) -> String {
-        format!("{}{seq:0SEQ_DIGITS$}", self.actor_log_prefix(actor))
+        Self::log_under(&self.actor_log_prefix(actor), seq)
+    }
+
+    /// The log key of `seq` under `prefix`, an [`Keys::actor_log_prefix`]
+    /// (for writers that make the prefix once).
+    pub fn log_under(prefix: &str, seq: u64) -> String {
+        format!("{prefix}{seq:0SEQ_DIGITS$}")
     }
 
     pub fn actor_snapshot_prefix(&self, actor: &ActorId) -> String {
