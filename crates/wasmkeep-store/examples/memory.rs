@@ -32,6 +32,14 @@ async fn main() -> anyhow::Result<()> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(1000);
+    // The store turns SQLite's memory statistics off for speed; this example
+    // reads them, so it turns them on and initializes SQLite first (the
+    // store's later request is then refused).
+    // SAFETY: called before any other SQLite function of the process.
+    unsafe {
+        rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 1 as std::ffi::c_int);
+        rusqlite::ffi::sqlite3_initialize();
+    }
     let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
     let keys = Keys::new(&AppName::default_app());
     let writer = WriterId {

@@ -15,6 +15,7 @@
 //! back), `sql` (guest SQL values and the authorizer), `store` (the
 //! [`ActorStore`] and its flusher).
 
+mod alloc;
 mod error;
 mod record;
 mod restore;

@@ -261,6 +261,12 @@ pub fn register_vfs() {
         // for the whole process; the registered struct is leaked on purpose
         // (SQLite keeps a pointer to it for the whole process).
         unsafe {
+            // No memory statistics: with them every SQLite allocation and
+            // free takes one process-wide mutex, which the actors' threads
+            // then contend for. Refused (SQLITE_MISUSE) if SQLite is already
+            // initialized, which only costs that speed.
+            let _ = ffi::sqlite3_config(ffi::SQLITE_CONFIG_MEMSTATUS, 0 as c_int);
+            crate::alloc::install();
             let default = ffi::sqlite3_vfs_find(std::ptr::null());
             assert!(!default.is_null(), "SQLite has no default VFS");
             let vfs = Box::new(ffi::sqlite3_vfs {

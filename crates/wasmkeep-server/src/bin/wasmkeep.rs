@@ -2,6 +2,11 @@
 
 use clap::Parser;
 
+/// mimalloc: per-thread heaps, where glibc's arenas made the actors'
+/// threads queue on allocator locks (docs/adr/0026-allocator.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = wasmkeep_server::cli::Cli::parse();
     wasmkeep_server::cli::init_logging(cli.log_format);
