@@ -125,6 +125,10 @@ enum Entry {
     Releasing(Arc<Signal<bool>>),
 }
 
+/// At `--max-actors`, this fraction of it (at least one) is asked to
+/// hibernate at once: 1,000 resident actors give batches of 15.
+const EVICTION_BATCH_DIVISOR: usize = 64;
+
 pub struct Node {
     pub config: NodeConfig,
     pub bucket: Arc<dyn Bucket>,
@@ -611,10 +615,12 @@ impl Node {
         }
     }
 
-    /// Asks the least recently used idle actor to hibernate, or refuses when
+    /// Asks the least recently used idle actors to hibernate (a batch of
+    /// them, so the scan of every resident actor is paid once per batch of
+    /// activations at the limit, not once per activation), or refuses when
     /// every resident actor is busy.
     fn evict_lru(&self, actors: &BTreeMap<ActorId, Entry>) -> Result<()> {
-        let victim = actors
+        let mut idle: Vec<&Arc<Stub>> = actors
             .values()
             .filter_map(|e| match e {
                 Entry::Live(stub) if stub.open_sockets() == 0 && stub.queue_is_empty() => {
@@ -622,17 +628,23 @@ impl Node {
                 }
                 _ => None,
             })
-            .min_by_key(|stub| stub.last_used_ms.load(Ordering::Relaxed));
-        match victim {
-            Some(stub) => {
-                // Best effort: a full mailbox is not idle and will not be chosen.
-                let _ = stub.tx.try_send(Job::Hibernate);
-                Ok(())
-            }
-            None => Err(Error::unavailable(
+            .collect();
+        if idle.is_empty() {
+            return Err(Error::unavailable(
                 "every resident actor is busy (max-actors reached)",
-            )),
+            ));
         }
+        let batch = (self.config.actors_max / EVICTION_BATCH_DIVISOR).clamp(1, idle.len());
+        if batch < idle.len() {
+            idle.select_nth_unstable_by_key(batch - 1, |stub| {
+                stub.last_used_ms.load(Ordering::Relaxed)
+            });
+        }
+        for stub in &idle[..batch] {
+            // Best effort: a full mailbox is not idle and will not be chosen.
+            let _ = stub.tx.try_send(Job::Hibernate);
+        }
+        Ok(())
     }
 
     fn spawn_stub(self: &Arc<Self>, id: ActorId) -> Arc<Stub> {
