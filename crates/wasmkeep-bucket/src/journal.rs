@@ -61,7 +61,7 @@ const JOURNAL_PREFIX: &str = "j.";
 
 /// Largest journal file: two regions of half this size (see [`Journal`]); a
 /// full region waits for a checkpoint.
-pub const JOURNAL_BYTES_MAX: u64 = 16 << 20;
+pub const JOURNAL_BYTES_MAX: u64 = 64 << 20;
 const REGION_BYTES: u64 = JOURNAL_BYTES_MAX / 2;
 /// Bytes of each region zero-filled when a journal is created; a region
 /// grows by doubling, so overwriting is metadata-free after the first pass.
