@@ -18,8 +18,9 @@
 //!   whole, so a reader sees the old or the new object, never a torn one.
 //! - `SyncMode::Journal` (default, ADR 0025): instead of syncing the new
 //!   files and folders, the committer appends the batch to this process's
-//!   write-ahead journal (`.wal/`, see `journal.rs`) with one `fdatasync`,
-//!   then renames the files into place unsynced; a checkpoint (`syncfs`,
+//!   write-ahead journal (`.wal/`, see `journal.rs`) with one `fdatasync`
+//!   (on a helper thread: the committer writes the temporary files while the
+//!   device flushes), then renames the files into place unsynced; a checkpoint (`syncfs`,
 //!   every [`CHECKPOINT_INTERVAL`]) makes them durable in place, and the next
 //!   open after a reboot replays what the journals hold beyond it. Bodies
 //!   over [`JOURNAL_BODY_MAX`] are synced in place as below, then marked in
@@ -533,6 +534,10 @@ enum Plan {
         meta: ObjectMeta,
         journaled: bool,
     },
+    /// A journaled write whose file is made while the journal flushes.
+    Pending {
+        etag: Etag,
+    },
     Remove {
         existed: bool,
         durable: bool,
@@ -728,7 +733,7 @@ impl Committer {
         }
     }
 
-    fn write_temp(&mut self, key: &str, bytes: &[u8]) -> Result<(PathBuf, ObjectMeta)> {
+    fn write_temp(&mut self, key: &str, bytes: &[u8], etag: Etag) -> Result<(PathBuf, ObjectMeta)> {
         self.temp_counter += 1;
         let temp = self
             .root
@@ -745,7 +750,7 @@ impl Committer {
                 temp,
                 ObjectMeta {
                     key: key.to_owned(),
-                    etag: content_etag(bytes),
+                    etag,
                     last_modified: metadata.modified().unwrap_or_else(|_| SystemTime::now()),
                     size: bytes.len() as u64,
                 },
@@ -803,13 +808,46 @@ impl Committer {
                 });
             }
         };
-        let (temp, meta) = self.write_temp(key, bytes)?;
-        overlay.insert(key.to_owned(), Some(meta.etag.clone()));
+        let etag = content_etag(bytes);
+        overlay.insert(key.to_owned(), Some(etag.clone()));
+        if journaled {
+            return Ok(Plan::Pending { etag });
+        }
+        let (temp, meta) = self.write_temp(key, bytes, etag)?;
         Ok(Plan::Write {
             temp,
             meta,
             journaled,
         })
+    }
+
+    /// Writes the files of the batch's journaled writes (their entries are
+    /// in the journal). A failure here answers "outcome unknown": the entry
+    /// may be durable, and a replay after a reboot would apply it.
+    fn make_pending_files(&mut self, plans: &mut [Plan], batch: &[WriteRequest]) {
+        for (plan, request) in plans.iter_mut().zip(batch) {
+            let Plan::Pending { etag } = plan else {
+                continue;
+            };
+            let bytes = match &request.op {
+                WriteOp::Put(b) | WriteOp::PutIfAbsent(b) | WriteOp::PutIfMatch(b, _) => b,
+                WriteOp::Delete | WriteOp::DeleteNotDurable | WriteOp::DeleteIfMatch(_) => {
+                    unreachable!("only writes with a body are pending")
+                }
+            };
+            let etag = std::mem::replace(etag, Etag(String::new()));
+            *plan = match self.write_temp(&request.key, bytes, etag) {
+                Ok((temp, meta)) => Plan::Write {
+                    temp,
+                    meta,
+                    journaled: true,
+                },
+                Err(e) => Plan::Answered(Err(Error::OutcomeUnknown {
+                    key: request.key.clone(),
+                    reason: format!("journaled, but its file was not written: {e}"),
+                })),
+            };
+        }
     }
 
     fn commit_locked(
@@ -859,9 +897,7 @@ impl Committer {
                     let index = u32::try_from(index).expect("batches are small");
                     match (plan, &request.op) {
                         (
-                            Plan::Write {
-                                journaled: true, ..
-                            },
+                            Plan::Pending { .. },
                             WriteOp::Put(body)
                             | WriteOp::PutIfAbsent(body)
                             | WriteOp::PutIfMatch(body, _),
@@ -887,11 +923,13 @@ impl Committer {
                     }
                 })
                 .collect();
-            let appended = self.journal.as_mut().expect("journal mode").append(
-                position.epoch,
-                position.order,
-                &entries,
-            );
+            // The new files are made while the device flushes the journal:
+            // invisible until renamed, which waits for the flush.
+            let mut journal = self.journal.take().expect("journal mode");
+            let appended = journal.append(position.epoch, position.order, &entries, || {
+                self.make_pending_files(&mut plans, batch);
+            });
+            self.journal = Some(journal);
             drop(entries);
             if let Err(e) = appended {
                 fail_unapplied(&mut plans, batch, "append to the journal", &e);
@@ -912,6 +950,13 @@ impl Committer {
                 Plan::Answered(answer) => {
                     applied.push(false);
                     answer
+                }
+                Plan::Pending { .. } => {
+                    applied.push(false);
+                    Err(Error::OutcomeUnknown {
+                        key: key.to_owned(),
+                        reason: "internal: a journaled write without its file".to_owned(),
+                    })
                 }
                 Plan::Write {
                     temp,
@@ -1000,6 +1045,7 @@ impl Committer {
                 position.epoch,
                 position.order,
                 &entries,
+                || {},
             );
             if let Err(e) = appended {
                 for index in &markers {

@@ -310,6 +310,30 @@ pub(crate) struct Journal {
     regions: [Region; 2],
     buffer: Vec<u8>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
+    /// Flushes the journal on its own thread, so the committer can work
+    /// while the device writes (see [`Journal::append`]).
+    syncer: Syncer,
+}
+
+/// A thread that runs `fdatasync` on the journal file when asked; it stops
+/// when the journal drops it.
+struct Syncer {
+    requests: std::sync::mpsc::Sender<std::sync::mpsc::SyncSender<io::Result<()>>>,
+}
+
+impl Syncer {
+    fn start(file: File) -> io::Result<Syncer> {
+        let (requests, received) =
+            std::sync::mpsc::channel::<std::sync::mpsc::SyncSender<io::Result<()>>>();
+        std::thread::Builder::new()
+            .name("wasmkeep-folder-flush".to_owned())
+            .spawn(move || {
+                for done in received {
+                    let _ = done.send(file.sync_data());
+                }
+            })?;
+        Ok(Syncer { requests })
+    }
 }
 
 /// Where one region of the journal stands.
@@ -378,6 +402,7 @@ impl Journal {
                 .name("wasmkeep-folder-checkpoint".to_owned())
                 .spawn(move || checkpoint_loop(&shared, interval))?
         };
+        let syncer = Syncer::start(file.try_clone()?)?;
         Ok(Journal {
             shared,
             path,
@@ -390,6 +415,7 @@ impl Journal {
             }; 2],
             buffer: Vec::new(),
             checkpointer: Some(checkpointer),
+            syncer,
         })
     }
 
@@ -436,15 +462,54 @@ impl Journal {
     }
 
     /// Appends entries and makes them durable (one `fdatasync`).
+    ///
+    /// `while_flushing` runs after the entries are written, while the
+    /// device flushes them (on the syncer thread); `append` returns once
+    /// both are done. It runs whatever the outcome.
     pub(crate) fn append(
         &mut self,
         epoch: u64,
         order: u64,
         entries: &[Entry<'_>],
+        while_flushing: impl FnOnce(),
     ) -> io::Result<()> {
         if entries.is_empty() {
+            while_flushing();
             return Ok(());
         }
+        let (index, end) = match self.write_entries(epoch, order, entries) {
+            Ok(written) => written,
+            Err(e) => {
+                while_flushing();
+                return Err(e);
+            }
+        };
+        let (done, flushed) = std::sync::mpsc::sync_channel(1);
+        let asked = self.syncer.requests.send(done).is_ok();
+        while_flushing();
+        let result = if asked {
+            flushed
+                .recv()
+                .unwrap_or_else(|_| Err(io::Error::other("the journal's flush thread stopped")))
+        } else {
+            self.file.sync_data()
+        };
+        result?;
+        let region = &mut self.regions[index];
+        region.offset = end;
+        region.epoch = region.epoch.max(epoch);
+        self.shared.journaled.fetch_max(epoch, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Writes the entries (not yet flushed) to the region of `epoch`:
+    /// returns the region and where its entries now end.
+    fn write_entries(
+        &mut self,
+        epoch: u64,
+        order: u64,
+        entries: &[Entry<'_>],
+    ) -> io::Result<(usize, u64)> {
         self.buffer.clear();
         for entry in entries {
             encode(&mut self.buffer, epoch, order, entry);
@@ -471,11 +536,7 @@ impl Journal {
             region.zeroed = grown;
         }
         self.file.write_all_at(&self.buffer, base + region.offset)?;
-        self.file.sync_data()?;
-        region.offset = end;
-        region.epoch = region.epoch.max(epoch);
-        self.shared.journaled.fetch_max(epoch, Ordering::SeqCst);
-        Ok(())
+        Ok((index, end))
     }
 
     /// A clean stop: everything journaled is made durable in place and the
