@@ -12,10 +12,13 @@
 //!
 //! Modules: `vfs` (the in-memory file and its written-page tracking),
 //! `record` (the bytes of records and snapshots), `restore` (reading them
-//! back), `sql` (guest SQL values and the authorizer), `store` (the
-//! [`ActorStore`] and its flusher).
+//! back), `sql` (guest SQL values and the authorizer), `conn` (a
+//! connection with the store's own prepared statements), `alloc` (SQLite's
+//! memory from Rust's allocator), `store` (the [`ActorStore`] and its
+//! flusher).
 
 mod alloc;
+mod conn;
 mod error;
 mod record;
 mod restore;

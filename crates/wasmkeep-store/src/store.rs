@@ -30,6 +30,7 @@ use tokio::sync::{Notify, watch};
 use wasmkeep_bucket::{Bucket, Error as BucketError};
 use wasmkeep_types::{ActorId, Keys};
 
+use crate::conn::Conn;
 use crate::record::{self, Header, Kind};
 use crate::restore;
 use crate::sql::{self, Guard, QueryRows, SqlError, SqlValue};
@@ -187,7 +188,7 @@ impl std::fmt::Debug for OutputGate {
 pub struct ActorStore {
     /// `None` while parked: the pages stay in `file`, SQLite's connection
     /// (about 25 KiB) is opened again by the next event.
-    conn: Option<Connection>,
+    conn: Option<Conn>,
     file: SharedFile,
     db_name: String,
     guard: Arc<Guard>,
@@ -217,7 +218,7 @@ fn open_connection(
     config: &StoreConfig,
     guard: &Arc<Guard>,
     deadline: &Arc<Mutex<Option<Instant>>>,
-) -> Result<Connection> {
+) -> Result<Conn> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -248,7 +249,7 @@ fn open_connection(
         PROGRESS_STEPS,
         Some(move || deadline.lock().is_some_and(|d| Instant::now() > d)),
     );
-    Ok(conn)
+    Ok(Conn::new(conn)?)
 }
 
 fn read_alarm_table(conn: &Connection) -> Result<Option<i64>> {
@@ -411,7 +412,7 @@ impl ActorStore {
         if self.in_event {
             return Ok(());
         }
-        self.connection()?.execute_batch("BEGIN")?;
+        self.connection()?.begin()?;
         self.in_event = true;
         self.event_aborted = None;
         Ok(())
@@ -580,7 +581,7 @@ impl ActorStore {
         }
         if self.in_event {
             let committed = match self.conn.as_ref() {
-                Some(conn) => conn.execute_batch("COMMIT").map_err(Error::from),
+                Some(conn) => conn.commit().map_err(Error::from),
                 None => Err(Error::Closed),
             };
             if let Err(e) = committed {
@@ -632,11 +633,11 @@ impl ActorStore {
 
     /// Whether no transaction is open (a parked store has none).
     fn is_autocommit(&self) -> bool {
-        self.conn.as_ref().is_none_or(Connection::is_autocommit)
+        self.conn.as_ref().is_none_or(|conn| conn.is_autocommit())
     }
 
     /// The connection, opened again if the store was parked.
-    fn connection(&mut self) -> Result<&Connection> {
+    fn connection(&mut self) -> Result<&Conn> {
         if self.conn.is_none() {
             self.conn = Some(open_connection(
                 &self.db_name,
