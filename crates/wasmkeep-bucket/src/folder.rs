@@ -704,8 +704,6 @@ impl Committer {
         }
     }
 
-    /// The current etag of `key`: from an earlier write of this batch, or
-    /// from disk.
     /// The key's etag now (this batch's earlier writes included); `None`
     /// when it is absent. Reads and hashes the object: only conditions on an
     /// etag need this.
