@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Compares wasmkeep builds on the peer benchmark's shapes, alternating them
+# run by run (this machine's speed drifts by a third over an hour, so only
+# runs close in time compare). For each run: requests per second, the
+# server's CPU time per request (from /proc/PID/stat) and the storage
+# device's writes and flushes per request (from /sys/block/DEV/stat).
+#
+# Usage: bench/compare-builds.sh BIN [BIN ...]
+#   SCENARIOS   "s3 s2 s1c16" (default), any of: s1c1 s1c16 s1c64 s2 s3
+#   ROUNDS      alternations (default 2)
+#   SECS        seconds per run (default 8)
+#   DATA        folder for the buckets (default: a temporary folder in
+#               bench-results/; a tmpfs such as /dev/shm measures CPU alone)
+#   DEV         block device for the I/O counters (default: the one under DATA)
+#
+# Needs the harness tools that bench/vs-workerd.sh sets up once (oha and
+# actors.mjs in bench-results/harness). Each binary finds the guests in the
+# target/wasm folder next to it, or in GUESTS.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+HARNESS="$ROOT/bench-results/harness"
+OHA="$HARNESS/tools/oha/bin/oha"
+ACTORS="$HARNESS/bench/actors.mjs"
+[ -x "$OHA" ] && [ -f "$ACTORS" ] || { echo "run bench/vs-workerd.sh once first (it sets up oha and actors.mjs)" >&2; exit 1; }
+[ $# -ge 1 ] || { echo "usage: $0 BIN [BIN ...]" >&2; exit 1; }
+SCENARIOS="${SCENARIOS:-s3 s2 s1c16}"
+ROUNDS="${ROUNDS:-2}"
+SECS="${SECS:-8}"
+mkdir -p "$ROOT/bench-results"
+if [ -n "${DATA:-}" ]; then
+  mkdir -p "$DATA"; OWN_DATA=""
+else
+  DATA="$(mktemp -d "$ROOT/bench-results/compare.XXXXXX")"; OWN_DATA="$DATA"
+fi
+SOURCE="$(findmnt -n -o SOURCE -T "$DATA" | head -n 1)"
+DEV="${DEV:-$(lsblk -no PKNAME "$SOURCE" 2>/dev/null | head -n 1 || true)}"
+DEV="${DEV:-$(basename "$SOURCE")}"
+PORT=$((20000 + RANDOM % 20000))
+
+PID=""
+cleanup() {
+  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+  if [ -n "$OWN_DATA" ]; then rm -rf "$OWN_DATA"; fi
+}
+trap cleanup EXIT
+echo "data in $DATA (device ${DEV:-unknown}), ${SECS}s per run, $ROUNDS rounds" >&2
+
+start() {   # start BIN DIR
+  local bin=$1 dir=$2 guests=${GUESTS:-$(dirname "$(dirname "$1")")/wasm}
+  rm -rf "$dir"
+  "$bin" dev --guests-dir "$guests" --bucket "file://$dir" --listen "127.0.0.1:$PORT" > "$dir.log" 2>&1 &
+  PID=$!
+  for _ in $(seq 100); do
+    curl -sf -o /dev/null "http://127.0.0.1:$PORT/_wasmkeep/health" && return 0
+    sleep 0.1
+  done
+  echo "$bin did not start (see $dir.log)" >&2; exit 1
+}
+stop() { kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
+dev_stat() { if [ -r "/sys/block/$DEV/stat" ]; then cat "/sys/block/$DEV/stat"; else echo 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0; fi; }
+
+measure() {   # measure LABEL OHA-ARGS...: one timed load, one result line
+  local label=$1; shift
+  local c0 c1 d0 d1 rate
+  c0=$(cpu_ticks); d0=$(dev_stat)
+  rate=$("$OHA" -z "${SECS}s" --no-tui "$@" 2>&1 | awk '/Requests\/sec/ {print $2}')
+  c1=$(cpu_ticks); d1=$(dev_stat)
+  python3 - "$label" "$SECS" "${rate:-0}" "$c0" "$c1" "$(getconf CLK_TCK)" "$d0" "$d1" <<'PY'
+import sys
+label, secs, rate, c0, c1, hz, d0, d1 = sys.argv[1:9]
+rate = float(rate)
+n = max(rate * float(secs), 1.0)
+cpu_us = (float(c1) - float(c0)) / float(hz) * 1e6 / n
+a, b = [list(map(int, x.split())) for x in (d0, d1)]
+writes = (b[4] - a[4]) / n
+flushes = (b[15] - a[15]) / n if len(a) > 15 else 0.0
+print(f"{label:<40} {rate:>9.0f} req/s  {cpu_us:>7.1f} us CPU/req  {writes:.2f} writes/req  {flushes:.3f} flushes/req")
+PY
+}
+
+run() {   # run SCENARIO BIN
+  local scenario=$1 bin=$2 dir="$DATA/run-$PORT"
+  local label
+  label="$scenario $(basename "$bin")"
+  start "$bin" "$dir"
+  case "$scenario" in
+    s1c*)
+      local c=${scenario#s1c}
+      "$OHA" -n 1000 -c 16 -m POST --no-tui "http://127.0.0.1:$PORT/bench/counter/alice/increment" > /dev/null
+      measure "$label" -c "$c" -m POST "http://127.0.0.1:$PORT/bench/counter/alice/increment"
+      ;;
+    s2)
+      measure "$label" -c 64 -m POST --rand-regex-url "http://127.0.0.1:$PORT/bench/counter/s2-[a-z0-9]{20}/increment"
+      ;;
+    s3)
+      node "$ACTORS" urls --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 > "$dir.urls"
+      node "$ACTORS" touch --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 --conc 64 > /dev/null
+      measure "$label" -c 64 -m POST --urls-from-file "$dir.urls"
+      ;;
+    *) echo "unknown scenario $scenario" >&2; exit 1 ;;
+  esac
+  stop
+  rm -rf "$dir" "$dir.urls"
+}
+
+for round in $(seq "$ROUNDS"); do
+  for scenario in $SCENARIOS; do
+    for bin in "$@"; do
+      run "$scenario" "$bin"
+    done
+  done
+done
