@@ -19,7 +19,7 @@
 //! - `SyncMode::Journal` (default, ADR 0025): instead of syncing the new
 //!   files and folders, the committer appends the batch to this process's
 //!   write-ahead journal (`.wal/`, see `journal.rs`) with one `fdatasync`
-//!   (on a helper thread: the committer writes the temporary files while the
+//!   (on a sync thread: the committer writes the temporary files while the
 //!   device flushes), then renames the files into place unsynced; a checkpoint (`syncfs`,
 //!   every [`CHECKPOINT_INTERVAL`]) makes them durable in place, and the next
 //!   open after a reboot replays what the journals hold beyond it. Bodies
@@ -250,10 +250,13 @@ impl FolderBucket {
         fs::create_dir_all(root.join(TEMP_DIR)).map_err(|e| config("create .tmp", e))?;
         remove_stale_temp_files(&root.join(TEMP_DIR));
         let root_dir = File::open(&root).map_err(|e| config("open", e))?;
+        let sync_pool =
+            SyncPool::start(SYNC_THREADS_MAX).map_err(|e| config("start the sync threads", e))?;
         let journal = match options.sync_mode {
             SyncMode::Journal => Some(
                 Journal::open(
                     &root,
+                    sync_pool.clone(),
                     &JournalOptions {
                         boot_id: options.journal_boot_id.clone(),
                         checkpoint_interval: options
@@ -274,8 +277,7 @@ impl FolderBucket {
             sync_mode: options.sync_mode,
             temp_prefix: format!("{}.{:016x}", std::process::id(), rand::random::<u64>()),
             temp_counter: 0,
-            sync_pool: SyncPool::start(SYNC_THREADS_MAX)
-                .map_err(|e| config("start the sync threads", e))?,
+            sync_pool,
             journal,
         };
         std::thread::Builder::new()
@@ -1178,11 +1180,13 @@ fn fail_unapplied(plans: &mut [Plan], batch: &[WriteRequest], what: &str, e: &io
     }
 }
 
-/// Threads that sync files for the committer: concurrent syncs share the
-/// file system's journal commits, where a loop would wait for one commit per
-/// file. Threads are started once (spawning per batch costs about as much as
-/// a sync on a busy machine) and stop when the committer drops the pool.
-struct SyncPool {
+/// Threads that sync files for the committer (and the journal's flush):
+/// concurrent syncs share the file system's journal commits, where a loop
+/// would wait for one commit per file. Threads are started once (spawning
+/// per batch costs about as much as a sync on a busy machine) and stop when
+/// the last clone of the pool is dropped.
+#[derive(Clone)]
+pub(crate) struct SyncPool {
     jobs: std::sync::mpsc::Sender<SyncJob>,
 }
 
@@ -1190,6 +1194,16 @@ struct SyncJob {
     path: PathBuf,
     data_only: bool,
     done: std::sync::mpsc::Sender<io::Result<()>>,
+}
+
+/// `fdatasync` (`data_only`) or `fsync` of the file at `path`.
+fn sync_path(path: &Path, data_only: bool) -> io::Result<()> {
+    let file = File::open(path)?;
+    if data_only {
+        file.sync_data()
+    } else {
+        file.sync_all()
+    }
 }
 
 impl SyncPool {
@@ -1204,40 +1218,38 @@ impl SyncPool {
                     loop {
                         let job = receiver.lock().recv();
                         let Ok(job) = job else { return };
-                        let result = File::open(&job.path).and_then(|f| {
-                            if job.data_only {
-                                f.sync_data()
-                            } else {
-                                f.sync_all()
-                            }
-                        });
-                        let _ = job.done.send(result);
+                        let _ = job.done.send(sync_path(&job.path, job.data_only));
                     }
                 })?;
         }
         Ok(SyncPool { jobs })
     }
 
+    /// Hands one sync to the threads; its result arrives on `done`.
+    pub(crate) fn submit(
+        &self,
+        path: &Path,
+        data_only: bool,
+        done: &std::sync::mpsc::Sender<io::Result<()>>,
+    ) -> io::Result<()> {
+        let job = SyncJob {
+            path: path.to_path_buf(),
+            data_only,
+            done: done.clone(),
+        };
+        self.jobs
+            .send(job)
+            .map_err(|_| io::Error::other("sync threads stopped"))
+    }
+
     /// Syncs every path (all at once); the first error, if any.
     fn sync_all(&self, paths: &[&Path], data_only: bool) -> io::Result<()> {
         if let [only] = paths {
-            let file = File::open(only)?;
-            return if data_only {
-                file.sync_data()
-            } else {
-                file.sync_all()
-            };
+            return sync_path(only, data_only);
         }
         let (done, results) = std::sync::mpsc::channel();
         for path in paths {
-            let job = SyncJob {
-                path: path.to_path_buf(),
-                data_only,
-                done: done.clone(),
-            };
-            self.jobs
-                .send(job)
-                .map_err(|_| io::Error::other("sync threads stopped"))?;
+            self.submit(path, data_only, &done)?;
         }
         drop(done);
         let mut first_error = None;

@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::folder::{flock, syncfs};
+use crate::folder::{SyncPool, flock, syncfs};
 
 /// The journal folder under the bucket's root (reserved, never an object).
 pub(crate) const JOURNAL_DIR: &str = ".wal";
@@ -310,30 +310,9 @@ pub(crate) struct Journal {
     regions: [Region; 2],
     buffer: Vec<u8>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
-    /// Flushes the journal on its own thread, so the committer can work
-    /// while the device writes (see [`Journal::append`]).
-    syncer: Syncer,
-}
-
-/// A thread that runs `fdatasync` on the journal file when asked; it stops
-/// when the journal drops it.
-struct Syncer {
-    requests: std::sync::mpsc::Sender<std::sync::mpsc::SyncSender<io::Result<()>>>,
-}
-
-impl Syncer {
-    fn start(file: File) -> io::Result<Syncer> {
-        let (requests, received) =
-            std::sync::mpsc::channel::<std::sync::mpsc::SyncSender<io::Result<()>>>();
-        std::thread::Builder::new()
-            .name("wasmkeep-folder-flush".to_owned())
-            .spawn(move || {
-                for done in received {
-                    let _ = done.send(file.sync_data());
-                }
-            })?;
-        Ok(Syncer { requests })
-    }
+    /// Flushes the journal on one of the folder's sync threads, so the
+    /// committer can work while the device writes (see [`Journal::append`]).
+    sync_pool: SyncPool,
 }
 
 /// Where one region of the journal stands.
@@ -368,7 +347,11 @@ pub(crate) struct JournalOptions {
 impl Journal {
     /// Recovers the folder's journals (see the module docs) and starts this
     /// process's own journal and checkpointer.
-    pub(crate) fn open(root: &Path, options: &JournalOptions) -> io::Result<Journal> {
+    pub(crate) fn open(
+        root: &Path,
+        sync_pool: SyncPool,
+        options: &JournalOptions,
+    ) -> io::Result<Journal> {
         let dir = root.join(JOURNAL_DIR);
         fs::create_dir_all(&dir)?;
         let root_dir = File::open(root)?;
@@ -402,7 +385,6 @@ impl Journal {
                 .name("wasmkeep-folder-checkpoint".to_owned())
                 .spawn(move || checkpoint_loop(&shared, interval))?
         };
-        let syncer = Syncer::start(file.try_clone()?)?;
         Ok(Journal {
             shared,
             path,
@@ -415,7 +397,7 @@ impl Journal {
             }; 2],
             buffer: Vec::new(),
             checkpointer: Some(checkpointer),
-            syncer,
+            sync_pool,
         })
     }
 
@@ -464,8 +446,8 @@ impl Journal {
     /// Appends entries and makes them durable (one `fdatasync`).
     ///
     /// `while_flushing` runs after the entries are written, while the
-    /// device flushes them (on the syncer thread); `append` returns once
-    /// both are done. It runs whatever the outcome.
+    /// device flushes them (on a sync thread); `append` returns once both
+    /// are done. It runs whatever the outcome.
     pub(crate) fn append(
         &mut self,
         epoch: u64,
@@ -484,13 +466,14 @@ impl Journal {
                 return Err(e);
             }
         };
-        let (done, flushed) = std::sync::mpsc::sync_channel(1);
-        let asked = self.syncer.requests.send(done).is_ok();
+        let (done, flushed) = std::sync::mpsc::channel();
+        let asked = self.sync_pool.submit(&self.path, true, &done).is_ok();
+        drop(done);
         while_flushing();
         let result = if asked {
             flushed
                 .recv()
-                .unwrap_or_else(|_| Err(io::Error::other("the journal's flush thread stopped")))
+                .unwrap_or_else(|_| Err(io::Error::other("a sync thread stopped")))
         } else {
             self.file.sync_data()
         };

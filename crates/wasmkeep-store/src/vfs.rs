@@ -254,7 +254,9 @@ struct FileHandle {
 
 static REGISTER: Once = Once::new();
 
-/// Registers the VFS with SQLite, once per process.
+/// Sets SQLite up once per process: memory statistics off, memory from
+/// Rust's allocator (`alloc.rs`; both only take before SQLite initializes),
+/// then the VFS registered.
 pub fn register_vfs() {
     REGISTER.call_once(|| {
         // SAFETY: sqlite3_vfs_find(NULL) returns the default VFS, which lives
