@@ -533,6 +533,17 @@ impl World {
         self.truth.lock().log("SIM", what);
     }
 
+    /// Node `target` answered a take of the actor at `path`, sent by node
+    /// `from`, with 409 naming `from` as the holder: the old owner claimed
+    /// the actor back after releasing it for its own move (ADR 0017 forwards
+    /// its events to the target instead).
+    pub fn take_found_sender_holding(&self, from: usize, target: usize, path: &str) {
+        self.truth.lock().violation(format!(
+            "{} n{from} moved {path} to n{target}, whose take found n{from} holding the actor again",
+            truth::MOVE_UNDONE
+        ));
+    }
+
     /// Node `target` answered 200 to a take of the actor at `path`: the
     /// move is done, so `target` must hold the actor now.
     pub fn take_answered(&self, target: usize, path: &str) {

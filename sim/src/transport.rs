@@ -118,6 +118,15 @@ impl PeerTransport for SimTransport {
                 // The move is done as far as the old owner will know.
                 self.world.take_answered(to, &call.path);
             }
+            if take
+                && reply.status == 409
+                && reply.header(wasmkeep_server::moves::HEADER_HOLDER)
+                    == Some(format!("n{}", self.from).as_str())
+            {
+                // The sender released the actor for this take, yet holds it.
+                self.world
+                    .take_found_sender_holding(self.from, to, &call.path);
+            }
             tokio::time::sleep(back).await;
             if lost_reply || self.world.is_cut(self.from, to) || !self.alive.load(Ordering::SeqCst)
             {

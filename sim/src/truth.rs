@@ -15,9 +15,11 @@
 //!   after the faults healed): an alarm whose setting was acknowledged, and
 //!   not replaced by a later setting, ran at least once;
 //! - **a finished move left the actor with its target**: a target that
-//!   answers a take with 200 holds the actor ([`Truth::check_taken`]), and
-//!   when the old owner deletes a move key the actor is not held by that old
-//!   owner again ([`Truth::move_key_deleted`]);
+//!   answers a take with 200 holds the actor ([`Truth::check_taken`]), a
+//!   take never finds the old owner that sent it holding the actor again
+//!   (`World::take_found_sender_holding`), and when the old owner deletes a
+//!   move key the actor is not held by that old owner
+//!   ([`Truth::move_key_deleted`]);
 //! - **a drained node holds nothing** (checked by the harness at the end).
 //!
 //! Every decision and outcome also goes into the trace, whose digest shows

@@ -40,8 +40,13 @@ pub const MOVE_DEADLINE: Duration = Duration::from_secs(30);
 pub const MOVE_KEY_AGE_MAX: Duration = Duration::from_secs(5 * 60);
 /// Moves one node runs at once, each in its own task.
 pub const MOVES_AT_ONCE_MAX: usize = 16;
-/// How long a moving actor's sockets get to close before the move is called Busy.
-const SOCKET_CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// How long a moving actor's sockets get to close before the move is called
+/// Busy: each socket waits up to [`crate::sockets::CLOSE_HANDSHAKE_TIME_MAX`]
+/// for its client's close reply, so the move waits longer than that (with
+/// two equal timers, a client that never answers the close frame left the
+/// attempt to a race the socket's timer, started a little later, could lose).
+const SOCKET_CLOSE_WAIT: Duration =
+    Duration::from_secs(crate::sockets::CLOSE_HANDSHAKE_TIME_MAX.as_secs() + 1);
 /// How often the socket wait looks again.
 const SOCKET_CLOSE_POLL: Duration = Duration::from_millis(10);
 /// The take call's time limit (a restore can take a few seconds).
@@ -439,9 +444,6 @@ async fn run_move(node: &Arc<Node>, stub: &Arc<Stub>, key: &MoveKey, url: &str) 
         Ok(Attempt::Done) => {
             tracing::info!(%actor, target = %key.target, elapsed = ?started.elapsed(), "moved");
         }
-        Ok(Attempt::Dropped(why)) => {
-            tracing::info!(%actor, target = %key.target, reason = %why, "move dropped");
-        }
         Ok(Attempt::Later(why)) => {
             node.metrics.moves_retried.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%actor, target = %key.target, reason = %why, "move not done; tried again at a later pass");
@@ -461,8 +463,6 @@ async fn run_move(node: &Arc<Node>, stub: &Arc<Stub>, key: &MoveKey, url: &str) 
 enum Attempt {
     /// The target holds the actor; the key is deleted.
     Done,
-    /// Another node claimed it first; the key is deleted.
-    Dropped(String),
     /// Not now; the key stays.
     Later(String),
 }
@@ -525,8 +525,13 @@ async fn attempt(
             finish(node, key, alarm, started).await
         }
         Ok(TakeReply::HeldBy(holder)) => {
-            delete_key(node, &key.key).await;
-            Attempt::Dropped(format!("node {holder} claimed the actor first"))
+            // An event reached another node between the release and the
+            // take, and it claimed the actor (as any free actor is claimed).
+            // The key stays: the operator asked for the target, so the new
+            // holder moves it on at its next pass (ADR 0017, amended).
+            Attempt::Later(format!(
+                "node {holder} claimed the actor first; it moves the actor on at its next pass"
+            ))
         }
         Ok(TakeReply::Refused { status, reason }) => {
             Attempt::Later(format!("the target answered {status}: {reason}"))
@@ -682,10 +687,25 @@ pub async fn take(node: &Arc<Node>, actor: &ActorId, tenant: &TenantName) -> Nod
             NodeAnswer::new(503, "this node's lease is not valid")
         }
         Ok(Owner::Local(_)) => NodeAnswer::new(200, "taken"),
-        Ok(Owner::Elsewhere { peer, .. }) | Err(Error::HeldElsewhere { node: peer }) => {
-            let mut answer = NodeAnswer::new(409, format!("node {peer} holds the actor"));
-            answer.headers.push((HEADER_HOLDER, peer.to_string()));
-            answer
+        Ok(Owner::Elsewhere { .. }) | Err(Error::HeldElsewhere { .. }) => {
+            // That answer may come from an activation another event started
+            // before the take arrived, whose read of the record predates the
+            // old owner's release (found by the simulation, seed 21 of
+            // move_under_concurrent_events_with_an_alarm_due: a slow bucket
+            // reply made the take name the old owner, which had released the
+            // actor). A holder is named only from a read made for the take.
+            match node.ownership.holder(actor).await {
+                Ok(Some(holder)) => {
+                    let mut answer = NodeAnswer::new(409, format!("node {holder} holds the actor"));
+                    answer.headers.push((HEADER_HOLDER, holder.to_string()));
+                    answer
+                }
+                Ok(None) => NodeAnswer::new(
+                    503,
+                    "nobody holds the actor now (it was released meanwhile); try again",
+                ),
+                Err(e) => NodeAnswer::new(503, format!("the bucket did not answer: {e}")),
+            }
         }
         Err(Error::UnknownClass(class)) => {
             NodeAnswer::new(404, format!("this node does not serve class {class}"))
