@@ -4,7 +4,9 @@
 //!
 //! Layout: the object `a/b/c` is the file `<root>/a/b/c`; `<root>/.locks/NN`
 //! are 256 lock files (their first 8 bytes: the stripe's journal order);
-//! `<root>/.tmp/` holds files being written; `<root>/.wal/` the journals.
+//! `<root>/.tmp/` holds files being written and files kept for reuse (each
+//! process's named after its `<pid>.<random>.lock`, held with `flock` while
+//! it runs); `<root>/.wal/` the journals.
 //!
 //! How a write stays atomic and durable:
 //! - All writes of one `FolderBucket` go to one committer thread, which takes
@@ -15,7 +17,8 @@
 //!   each new object to a temporary file, makes all of them durable at once,
 //!   renames them into place, makes the renames durable, releases the locks
 //!   and only then answers. Readers never lock: a rename replaces a file
-//!   whole, so a reader sees the old or the new object, never a torn one.
+//!   whole, so a reader sees the old or the new object, never a torn one
+//!   (with inode reuse, below: as long as its read is not slow).
 //! - `SyncMode::Journal` (default, ADR 0025): instead of syncing the new
 //!   files and folders, the committer appends the batch to this process's
 //!   write-ahead journal (`.wal/`, see `journal.rs`) with one `fdatasync`
@@ -36,6 +39,17 @@
 //!   at most [`PER_FILE_SYNCS_MAX`] paths syncs them one by one (a lone
 //!   writer: ~2x the writes per second of two `syncfs`).
 //!
+//! Inode reuse (ADR 0027). A file that leaves its key (replaced: swapped out
+//! with `renameat2(RENAME_EXCHANGE)`; deleted: renamed into `.tmp/`) is kept,
+//! up to [`INODE_POOL_FILES_MAX`] files of at most
+//! [`INODE_POOL_FILE_BYTES_MAX`], and rewritten as a later temporary file,
+//! no sooner than [`INODE_REUSE_GRACE`] after it left. On ext4 without a
+//! journal every new inode is chosen by scanning past the inodes freed in
+//! the last minutes, which cost up to a fifth of the server's CPU under
+//! load. A reader may still be reading a file when it leaves its key, so
+//! every read that took longer than [`READ_TIME_MAX`] (half the grace) is
+//! done again: a read within it ended before any reuse began.
+//!
 //! The etag is the first 16 bytes of the SHA-256 of the body, in hex,
 //! computed when read. Writing the same bytes again gives the same etag (as
 //! on S3); bodies that need to be told apart carry a nonce.
@@ -45,14 +59,14 @@
 //! A reader in this process may see a new object a moment before its write is
 //! durable (between the rename and the directory sync).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -77,6 +91,22 @@ pub const COMMIT_QUEUE_WRITES_MAX: usize = 4096;
 pub const SYNC_THREADS_MAX: usize = 32;
 /// A temporary file older than this at open belongs to a crashed writer.
 pub const TEMP_FILE_STALE_AGE: Duration = Duration::from_secs(3600);
+/// The lock file of one process's temporary files: `.tmp/<prefix>.lock`.
+const TEMP_LOCK_SUFFIX: &str = ".lock";
+
+/// Inode reuse (see the module docs): a file replaced or deleted by the
+/// committer is kept under `.tmp/` and rewritten as a later temporary file,
+/// at the earliest this long after it left its key.
+pub const INODE_REUSE_GRACE: Duration = Duration::from_secs(2);
+/// A read that took longer than this (open to last byte) is done again: the
+/// file it opened may have been reused meanwhile. Half the grace.
+pub const READ_TIME_MAX: Duration = Duration::from_secs(1);
+/// Reads of one object tried before the read is called unavailable.
+const READ_ATTEMPTS_MAX: usize = 3;
+/// Most files one committer keeps for reuse; beyond, they are unlinked.
+pub const INODE_POOL_FILES_MAX: usize = 4096;
+/// Larger files are unlinked rather than kept (their blocks would be held).
+pub const INODE_POOL_FILE_BYTES_MAX: u64 = 64 << 10;
 
 const LOCKS_DIR: &str = ".locks";
 pub(crate) const TEMP_DIR: &str = ".tmp";
@@ -120,6 +150,11 @@ pub struct FolderOptions {
     /// [`CHECKPOINT_INTERVAL`]); a long one plays a crash before it.
     #[doc(hidden)]
     pub journal_checkpoint_interval: Option<Duration>,
+    /// Tests: how long a replaced or deleted file waits before its inode is
+    /// reused (default [`INODE_REUSE_GRACE`]). Readers in this process are
+    /// only safe with the default.
+    #[doc(hidden)]
+    pub inode_reuse_grace: Option<Duration>,
 }
 
 /// The `file://` bucket. Cheap to share behind an `Arc`; dropping the last
@@ -203,10 +238,32 @@ fn check_not_reserved(key: &str) -> Result<()> {
     Ok(())
 }
 
-/// Reads an object whole; `Ok(None)` when it does not exist.
+/// Reads an object whole; `Ok(None)` when it does not exist. A read that
+/// took longer than [`READ_TIME_MAX`] is done again: the committer may have
+/// reused the file it opened (see the module docs).
 fn read_object(root: &Path, key: &str) -> Result<Option<Object>> {
+    read_object_within(root, key, READ_TIME_MAX)
+}
+
+fn read_object_within(root: &Path, key: &str, time_max: Duration) -> Result<Option<Object>> {
     let path = root.join(key);
-    let mut file = match File::open(&path) {
+    for _ in 0..READ_ATTEMPTS_MAX {
+        let started = Instant::now();
+        let read = read_object_once(&path, key)?;
+        if started.elapsed() <= time_max {
+            return Ok(read);
+        }
+    }
+    Err(Error::Unavailable {
+        key: key.to_owned(),
+        reason: format!(
+            "each of {READ_ATTEMPTS_MAX} reads took longer than {time_max:?} (the machine is overloaded)"
+        ),
+    })
+}
+
+fn read_object_once(path: &Path, key: &str) -> Result<Option<Object>> {
+    let mut file = match File::open(path) {
         Ok(f) => f,
         Err(e) if is_missing(&e) => return Ok(None),
         Err(e) => return Err(io_unavailable(key, "open", &e)),
@@ -248,6 +305,18 @@ impl FolderBucket {
         let root = root.canonicalize().map_err(|e| config("resolve", e))?;
         fs::create_dir_all(root.join(LOCKS_DIR)).map_err(|e| config("create .locks", e))?;
         fs::create_dir_all(root.join(TEMP_DIR)).map_err(|e| config("create .tmp", e))?;
+        let temp_prefix = format!("{}.{:016x}", std::process::id(), rand::random::<u64>());
+        // Held (exclusive flock) for the committer's life: the temporary
+        // and pooled files named after it are this process's own.
+        let temp_lock = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(
+                root.join(TEMP_DIR)
+                    .join(format!("{temp_prefix}{TEMP_LOCK_SUFFIX}")),
+            )
+            .and_then(|f| flock(&f, libc::LOCK_EX | libc::LOCK_NB).map(|()| f))
+            .map_err(|e| config("create the temporary files' lock", e))?;
         remove_stale_temp_files(&root.join(TEMP_DIR));
         let root_dir = File::open(&root).map_err(|e| config("open", e))?;
         let sync_pool =
@@ -275,10 +344,16 @@ impl FolderBucket {
             root_dir,
             locks: (0..LOCK_STRIPES).map(|_| None).collect(),
             sync_mode: options.sync_mode,
-            temp_prefix: format!("{}.{:016x}", std::process::id(), rand::random::<u64>()),
+            temp_prefix,
+            temp_lock,
             temp_counter: 0,
             sync_pool,
             journal,
+            pool: InodePool {
+                files: VecDeque::new(),
+                grace: options.inode_reuse_grace.unwrap_or(INODE_REUSE_GRACE),
+                no_exchange: false,
+            },
         };
         std::thread::Builder::new()
             .name("wasmkeep-folder-commit".to_owned())
@@ -328,20 +403,53 @@ impl FolderBucket {
     }
 }
 
+/// Removes the temporary files of processes that are gone: those named
+/// after a lock file (`<prefix>.lock`) nobody holds, and, from builds that
+/// kept no lock, files older than [`TEMP_FILE_STALE_AGE`]. A live process's
+/// files are never removed, however old (a pooled file keeps the time its
+/// object was written).
 fn remove_stale_temp_files(temp_dir: &Path) {
     let Ok(entries) = fs::read_dir(temp_dir) else {
         return;
     };
-    for entry in entries.flatten() {
-        let stale = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|modified| modified.elapsed().ok())
-            .is_some_and(|age| age > TEMP_FILE_STALE_AGE);
+    let names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
+    let mut dead: Vec<&str> = Vec::new();
+    let mut held: Vec<&str> = Vec::new();
+    for name in &names {
+        let Some(prefix) = name.strip_suffix(TEMP_LOCK_SUFFIX) else {
+            continue;
+        };
+        let Ok(lock) = OpenOptions::new().write(true).open(temp_dir.join(name)) else {
+            continue;
+        };
+        if flock(&lock, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+            dead.push(prefix);
+        } else {
+            held.push(prefix);
+        }
+    }
+    let owner = |name: &str| -> Option<String> {
+        // `<pid>.<random>.<counter>` or `<pid>.<random>.lock`.
+        let mut parts = name.splitn(3, '.');
+        Some(format!("{}.{}", parts.next()?, parts.next()?))
+    };
+    for name in &names {
+        let path = temp_dir.join(name);
+        let stale = match owner(name) {
+            Some(prefix) if dead.contains(&prefix.as_str()) => true,
+            Some(prefix) if held.contains(&prefix.as_str()) => false,
+            _ => fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|modified| modified.elapsed().ok())
+                .is_some_and(|age| age > TEMP_FILE_STALE_AGE),
+        };
         if stale {
             // Best effort: another process may remove it at the same time.
-            let _ = fs::remove_file(entry.path());
+            let _ = fs::remove_file(&path);
         }
     }
 }
@@ -522,26 +630,108 @@ struct Committer {
     locks: Vec<Option<File>>,
     sync_mode: SyncMode,
     temp_prefix: String,
+    /// `.tmp/<temp_prefix>.lock`, locked while the committer runs.
+    temp_lock: File,
     temp_counter: u64,
     sync_pool: SyncPool,
     journal: Option<Journal>,
+    pool: InodePool,
 }
+
+/// Files (under `.tmp/`) whose inodes the committer reuses for new
+/// temporary files, oldest first, with the time each left its key.
+struct InodePool {
+    files: VecDeque<(PathBuf, Instant)>,
+    /// [`INODE_REUSE_GRACE`] (tests shorten it).
+    grace: Duration,
+    /// `renameat2(RENAME_EXCHANGE)` failed as unsupported on this file
+    /// system: replaced files are unlinked by a plain rename instead.
+    no_exchange: bool,
+}
+
+impl InodePool {
+    /// Whether a file of `len` bytes leaving its key is kept.
+    fn wants(&self, len: u64) -> bool {
+        self.files.len() < INODE_POOL_FILES_MAX && len <= INODE_POOL_FILE_BYTES_MAX
+    }
+
+    fn keep(&mut self, path: PathBuf) {
+        self.files.push_back((path, Instant::now()));
+    }
+
+    /// The oldest kept file that left its key at least the grace ago,
+    /// opened for writing (not emptied: the writer overwrites it from the
+    /// start, then cuts it to length). A file another process removed
+    /// meanwhile (stale temporary files are removed at open) is skipped.
+    fn take(&mut self) -> Option<(PathBuf, File)> {
+        while let Some((_, since)) = self.files.front() {
+            if since.elapsed() < self.grace {
+                return None;
+            }
+            let (path, _) = self.files.pop_front().expect("front exists");
+            if let Ok(file) = OpenOptions::new().write(true).open(&path) {
+                return Some((path, file));
+            }
+        }
+        None
+    }
+
+    /// Unlinks every kept file (the committer stops).
+    fn clear(&mut self) {
+        for (path, _) in self.files.drain(..) {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// Swaps two paths atomically (`renameat2` with `RENAME_EXCHANGE`).
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
+    };
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: two valid NUL-terminated paths that live across the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The state of the keys a batch wrote so far (etag and size; `None`:
+/// deleted), which its later requests see.
+type Overlay = HashMap<String, Option<(Etag, u64)>>;
 
 /// What one request of a batch turned into.
 enum Plan {
     Answered(Result<Option<ObjectMeta>>),
     /// `journaled`: the body goes into the journal (the file is not synced).
+    /// `replaces`: the size of the object it replaces, if one exists.
     Write {
         temp: PathBuf,
         meta: ObjectMeta,
         journaled: bool,
+        replaces: Option<u64>,
     },
     /// A journaled write whose file is made while the journal flushes.
     Pending {
         etag: Etag,
+        replaces: Option<u64>,
     },
+    /// `existed`: the size of the object removed, if one exists.
     Remove {
-        existed: bool,
+        existed: Option<u64>,
         durable: bool,
     },
 }
@@ -582,9 +772,16 @@ impl Committer {
             }
             self.commit(batch);
         }
+        self.pool.clear();
         if let Some(journal) = self.journal.take() {
             journal.close();
         }
+        let lock = self
+            .root
+            .join(TEMP_DIR)
+            .join(format!("{}{TEMP_LOCK_SUFFIX}", self.temp_prefix));
+        let _ = fs::remove_file(lock);
+        let _ = flock(&self.temp_lock, libc::LOCK_UN);
     }
 
     fn lock_file(&mut self, stripe: usize) -> io::Result<&File> {
@@ -706,45 +903,103 @@ impl Committer {
         }
     }
 
-    /// The key's etag now (this batch's earlier writes included); `None`
-    /// when it is absent. Reads and hashes the object: only conditions on an
-    /// etag need this.
-    fn current(&self, overlay: &HashMap<String, Option<Etag>>, key: &str) -> Result<Option<Etag>> {
+    /// The key's etag and size now (this batch's earlier writes included);
+    /// `None` when it is absent. Reads and hashes the object: only
+    /// conditions on an etag need this.
+    fn current(&self, overlay: &Overlay, key: &str) -> Result<Option<(Etag, u64)>> {
         if let Some(state) = overlay.get(key) {
             return Ok(state.clone());
         }
         if self.root.join(key).is_dir() {
             return Err(prefix_collision(key));
         }
-        Ok(read_object(&self.root, key)?.map(|o| o.meta.etag))
+        Ok(read_object(&self.root, key)?.map(|o| (o.meta.etag, o.meta.size)))
     }
 
-    /// Whether the key exists now (this batch's earlier writes included):
-    /// one `stat`, for the writes whose condition is only existence.
-    fn exists(&self, overlay: &HashMap<String, Option<Etag>>, key: &str) -> Result<bool> {
+    /// The key's size if it exists now (this batch's earlier writes
+    /// included): one `stat`, for the writes whose condition is only
+    /// existence.
+    fn exists(&self, overlay: &Overlay, key: &str) -> Result<Option<u64>> {
         if let Some(state) = overlay.get(key) {
-            return Ok(state.is_some());
+            return Ok(state.as_ref().map(|(_, len)| *len));
         }
         match fs::metadata(self.root.join(key)) {
             Ok(m) if m.is_dir() => Err(prefix_collision(key)),
-            Ok(_) => Ok(true),
-            Err(e) if is_missing(&e) => Ok(false),
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if is_missing(&e) => Ok(None),
             Err(e) => Err(io_unavailable(key, "stat", &e)),
         }
     }
 
-    fn write_temp(&mut self, key: &str, bytes: &[u8], etag: Etag) -> Result<(PathBuf, ObjectMeta)> {
+    /// Makes `temp` the object at `target`. When it replaces an object
+    /// (`replaces`: its size), the two are exchanged so the old inode stays
+    /// at `temp` for reuse instead of being freed.
+    fn place(&mut self, temp: &Path, target: &Path, replaces: Option<u64>) -> io::Result<()> {
+        if let Some(len) = replaces
+            && !self.pool.no_exchange
+            && self.pool.wants(len)
+        {
+            match exchange(temp, target) {
+                Ok(()) => {
+                    self.pool.keep(temp.to_path_buf());
+                    return Ok(());
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+                    self.pool.no_exchange = true;
+                }
+                // Not there after all: a plain rename creates it.
+                Err(e) if is_missing(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        fs::rename(temp, target)
+    }
+
+    /// Removes the object at `target` (`len`: its size): moved into the
+    /// pool when it is kept for reuse, unlinked otherwise.
+    fn remove(&mut self, target: &Path, len: u64) -> io::Result<()> {
+        if self.pool.wants(len) {
+            let slot = self.next_temp_path();
+            fs::rename(target, &slot)?;
+            self.pool.keep(slot);
+            return Ok(());
+        }
+        fs::remove_file(target)
+    }
+
+    fn next_temp_path(&mut self) -> PathBuf {
         self.temp_counter += 1;
-        let temp = self
-            .root
+        self.root
             .join(TEMP_DIR)
-            .join(format!("{}.{}", self.temp_prefix, self.temp_counter));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .map_err(|e| io_unavailable(key, "create temp file", &e))?;
-        let written = file.write_all(bytes).and_then(|()| file.metadata());
+            .join(format!("{}.{}", self.temp_prefix, self.temp_counter))
+    }
+
+    fn write_temp(&mut self, key: &str, bytes: &[u8], etag: Etag) -> Result<(PathBuf, ObjectMeta)> {
+        let (temp, mut file) = match self.pool.take() {
+            Some(reused) => reused,
+            None => {
+                let temp = self.next_temp_path();
+                let file = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&temp)
+                    .map_err(|e| io_unavailable(key, "create temp file", &e))?;
+                (temp, file)
+            }
+        };
+        // A reused file is overwritten from its start and cut to the new
+        // length afterwards: its blocks are reused too, and ext4 starts
+        // writing back at once any file truncated to zero and rewritten
+        // (`auto_da_alloc`), which would add a device write per object.
+        let len = bytes.len() as u64;
+        let written = file.write_all(bytes).and_then(|()| {
+            let metadata = file.metadata()?;
+            if metadata.len() > len {
+                file.set_len(len)?;
+                return file.metadata();
+            }
+            Ok(metadata)
+        });
         match written {
             Ok(metadata) => Ok((
                 temp,
@@ -764,7 +1019,7 @@ impl Committer {
 
     fn plan(
         &mut self,
-        overlay: &mut HashMap<String, Option<Etag>>,
+        overlay: &mut Overlay,
         request: &WriteRequest,
         journaled: bool,
     ) -> Result<Plan> {
@@ -777,8 +1032,12 @@ impl Committer {
             WriteOp::Put(_)
             | WriteOp::PutIfAbsent(_)
             | WriteOp::Delete
-            | WriteOp::DeleteNotDurable => self.exists(overlay, key)?.then(|| Etag(String::new())),
+            | WriteOp::DeleteNotDurable => self
+                .exists(overlay, key)?
+                .map(|len| (Etag(String::new()), len)),
         };
+        let existing_len = current.as_ref().map(|(_, len)| *len);
+        let current = current.map(|(etag, _)| etag);
         let conflict = || {
             Err(Error::Conflict {
                 key: key.to_owned(),
@@ -803,21 +1062,25 @@ impl Committer {
             (WriteOp::Delete | WriteOp::DeleteIfMatch(_) | WriteOp::DeleteNotDurable, _) => {
                 overlay.insert(key.to_owned(), None);
                 return Ok(Plan::Remove {
-                    existed: current.is_some(),
+                    existed: existing_len,
                     durable: !matches!(request.op, WriteOp::DeleteNotDurable),
                 });
             }
         };
         let etag = content_etag(bytes);
-        overlay.insert(key.to_owned(), Some(etag.clone()));
+        overlay.insert(key.to_owned(), Some((etag.clone(), bytes.len() as u64)));
         if journaled {
-            return Ok(Plan::Pending { etag });
+            return Ok(Plan::Pending {
+                etag,
+                replaces: existing_len,
+            });
         }
         let (temp, meta) = self.write_temp(key, bytes, etag)?;
         Ok(Plan::Write {
             temp,
             meta,
             journaled,
+            replaces: existing_len,
         })
     }
 
@@ -826,9 +1089,10 @@ impl Committer {
     /// may be durable, and a replay after a reboot would apply it.
     fn make_pending_files(&mut self, plans: &mut [Plan], batch: &[WriteRequest]) {
         for (plan, request) in plans.iter_mut().zip(batch) {
-            let Plan::Pending { etag } = plan else {
+            let Plan::Pending { etag, replaces } = plan else {
                 continue;
             };
+            let replaces = *replaces;
             let bytes = match &request.op {
                 WriteOp::Put(b) | WriteOp::PutIfAbsent(b) | WriteOp::PutIfMatch(b, _) => b,
                 WriteOp::Delete | WriteOp::DeleteNotDurable | WriteOp::DeleteIfMatch(_) => {
@@ -841,6 +1105,7 @@ impl Committer {
                     temp,
                     meta,
                     journaled: true,
+                    replaces,
                 },
                 Err(e) => Plan::Answered(Err(Error::OutcomeUnknown {
                     key: request.key.clone(),
@@ -856,7 +1121,7 @@ impl Committer {
         budget: &[usize],
         journal: Option<JournalPosition>,
     ) -> Vec<Result<Option<ObjectMeta>>> {
-        let mut overlay = HashMap::new();
+        let mut overlay = Overlay::new();
         let mut plans: Vec<Plan> = batch
             .iter()
             .zip(budget)
@@ -909,7 +1174,7 @@ impl Committer {
                         }),
                         (
                             Plan::Remove {
-                                existed: true,
+                                existed: Some(_),
                                 durable: true,
                             },
                             _,
@@ -962,6 +1227,7 @@ impl Committer {
                     temp,
                     meta,
                     journaled,
+                    replaces,
                 } => {
                     let dirs = if journaled {
                         &mut unsynced_dirs
@@ -969,7 +1235,7 @@ impl Committer {
                         &mut touched_dirs
                     };
                     let moved = self.create_parents(&target, dirs).and_then(|()| {
-                        fs::rename(&temp, &target).map_err(|e| {
+                        self.place(&temp, &target, replaces).map_err(|e| {
                             if e.kind() == io::ErrorKind::IsADirectory
                                 || e.raw_os_error() == Some(libc::ENOTDIR)
                             {
@@ -992,8 +1258,8 @@ impl Committer {
                     moved.map(|()| Some(meta))
                 }
                 Plan::Remove { existed, durable } => {
-                    let removed = if existed {
-                        match fs::remove_file(&target) {
+                    let removed = if let Some(len) = existed {
+                        match self.remove(&target, len) {
                             Ok(()) => Ok(None),
                             Err(e) if is_missing(&e) => Ok(None),
                             Err(e) => Err(io_unavailable(key, "remove", &e)),
@@ -1001,7 +1267,7 @@ impl Committer {
                     } else {
                         Ok(None)
                     };
-                    let synced_here = existed && durable && journal.is_none();
+                    let synced_here = existed.is_some() && durable && journal.is_none();
                     applied.push(synced_here && removed.is_ok());
                     if synced_here && let Some(parent) = target.parent() {
                         touched_dirs.insert(parent.to_path_buf());
@@ -1265,5 +1531,30 @@ impl SyncPool {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read slower than the limit is done again, and one that stays slow
+    /// is an error naming the key, never possibly torn bytes; within the
+    /// limit the object reads as written.
+    #[test]
+    fn reads_slower_than_the_limit_are_retried_then_refused() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        fs::write(dir.path().join("k"), b"body").expect("written");
+        match read_object_within(dir.path(), "k", Duration::ZERO) {
+            Err(Error::Unavailable { key, reason }) => {
+                assert_eq!(key, "k");
+                assert!(reason.contains("took longer"), "{reason}");
+            }
+            other => panic!("a read over the limit gave {other:?}"),
+        }
+        let read = read_object_within(dir.path(), "k", READ_TIME_MAX)
+            .expect("readable")
+            .expect("present");
+        assert_eq!(read.bytes, Bytes::from_static(b"body"));
     }
 }

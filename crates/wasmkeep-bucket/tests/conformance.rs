@@ -479,6 +479,22 @@ mod fixtures {
         folder_with(wasmkeep_bucket::SyncMode::Syncfs)
     }
 
+    /// Replaced and deleted files are reused at once (no grace), so every
+    /// case also runs on reused inodes.
+    pub async fn folder_reusing_inodes(_test: &str) -> anyhow::Result<Fixture> {
+        let dir = tempfile::tempdir()?;
+        let options = wasmkeep_bucket::FolderOptions {
+            inode_reuse_grace: Some(std::time::Duration::ZERO),
+            ..Default::default()
+        };
+        let bucket = wasmkeep_bucket::FolderBucket::open_with(dir.path(), options)?;
+        Ok(Fixture {
+            bucket: Arc::new(bucket),
+            prefix: "t/".to_owned(),
+            _keep: Box::new(dir),
+        })
+    }
+
     /// Every S3 test gets its own prefix in the binary's shared SeaweedFS.
     pub async fn s3(test: &str) -> anyhow::Result<Fixture> {
         let server = tokio::task::spawn_blocking(wasmkeep_testkit::SeaweedFs::shared).await??;
@@ -497,6 +513,7 @@ backend_suite!(memory);
 backend_suite!(folder);
 backend_suite!(folder_per_file);
 backend_suite!(folder_syncfs);
+backend_suite!(folder_reusing_inodes);
 backend_suite!(s3);
 
 /// Child processes of the folder tests find their job here.
@@ -902,5 +919,136 @@ async fn folder_journal_that_fills_starts_over() -> anyhow::Result<()> {
         .find(|e| e.file_name().to_string_lossy().starts_with("j."))
         .context("our journal")?;
     ensure!(wal.metadata()?.len() <= wasmkeep_bucket::JOURNAL_BYTES_MAX);
+    Ok(())
+}
+
+/// The inode number of the object `key` under `root`.
+fn inode(root: &std::path::Path, key: &str) -> anyhow::Result<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    Ok(std::fs::metadata(root.join(key))?.ino())
+}
+
+/// A replaced or deleted object's file is reused for a later write (once the
+/// grace is over: zero here) instead of being freed, and every object reads
+/// back whole; with the default grace nothing is reused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_reuses_the_files_of_replaced_and_deleted_objects() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().canonicalize()?;
+    let options = wasmkeep_bucket::FolderOptions {
+        inode_reuse_grace: Some(std::time::Duration::ZERO),
+        ..Default::default()
+    };
+    let bucket = wasmkeep_bucket::FolderBucket::open_with(&root, options)?;
+    bucket.put("k/a", Bytes::from_static(b"first")).await?;
+    let first = inode(&root, "k/a")?;
+    // Held open, a file freed by the backend keeps its inode number from
+    // any new file: the same number below means the file itself was reused.
+    let _held = std::fs::File::open(root.join("k/a"))?;
+    // Replaced: its file goes to the pool, and the next new file is it.
+    bucket.put("k/a", Bytes::from_static(b"second")).await?;
+    ensure!(inode(&root, "k/a")? != first, "a put replaces the file");
+    bucket
+        .put("k/b", Bytes::from_static(b"b, longer than the old body"))
+        .await?;
+    ensure!(
+        inode(&root, "k/b")? == first,
+        "the replaced file was not reused"
+    );
+    ensure!(bucket.get("k/b").await?.bytes == Bytes::from_static(b"b, longer than the old body"));
+    ensure!(bucket.get("k/a").await?.bytes == Bytes::from_static(b"second"));
+    // Deleted: the same.
+    let deleted = inode(&root, "k/a")?;
+    let _held_too = std::fs::File::open(root.join("k/a"))?;
+    bucket.delete("k/a").await?;
+    ensure!(matches!(
+        bucket.get("k/a").await,
+        Err(Error::NotFound { .. })
+    ));
+    bucket.put("k/c", Bytes::from_static(b"c")).await?;
+    ensure!(
+        inode(&root, "k/c")? == deleted,
+        "the deleted file was not reused"
+    );
+    ensure!(bucket.get("k/c").await?.bytes == Bytes::from_static(b"c"));
+    let listed: Vec<String> = bucket
+        .list("k/")
+        .await?
+        .into_iter()
+        .map(|m| m.key)
+        .collect();
+    ensure!(listed == ["k/b", "k/c"], "listed {listed:?}");
+    drop(bucket);
+
+    // The default grace: a replaced file is not reused by the next write.
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().canonicalize()?;
+    let bucket = wasmkeep_bucket::FolderBucket::open(&root)?;
+    bucket.put("k/a", Bytes::from_static(b"first")).await?;
+    let first = inode(&root, "k/a")?;
+    let _held = std::fs::File::open(root.join("k/a"))?;
+    bucket.put("k/a", Bytes::from_static(b"second")).await?;
+    bucket.put("k/b", Bytes::from_static(b"b")).await?;
+    ensure!(
+        inode(&root, "k/b")? != first,
+        "a file was reused within the grace"
+    );
+    Ok(())
+}
+
+/// At open, the temporary files of processes that are gone (their lock file
+/// is not held) are removed, however new, and a live process's are kept,
+/// however old (a pooled file keeps its object's old time); files without a
+/// lock file go by age alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_open_removes_only_the_temporary_files_of_processes_that_are_gone()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().canonicalize()?;
+    let running = wasmkeep_bucket::FolderBucket::open(&root)?;
+    running.put("k/a", Bytes::from_static(b"a")).await?;
+    let tmp = root.join(".tmp");
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    let file = |name: &str, old: bool| -> anyhow::Result<()> {
+        let f = std::fs::File::create(tmp.join(name))?;
+        if old {
+            f.set_modified(two_hours_ago)?;
+        }
+        Ok(())
+    };
+    // Gone: a lock file nobody holds.
+    file("1.dead.lock", false)?;
+    file("1.dead.1", false)?;
+    // Live: its lock held (a separate open file description, as another
+    // process would hold it), its file old.
+    file("2.live.lock", false)?;
+    let live_lock = std::fs::File::open(tmp.join("2.live.lock"))?;
+    // SAFETY: flock on a descriptor this test owns.
+    ensure!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&live_lock), libc::LOCK_EX) } == 0
+    );
+    file("2.live.7", true)?;
+    // No lock file: by age.
+    file("3.old.1", true)?;
+    file("4.new.1", false)?;
+
+    let second = wasmkeep_bucket::FolderBucket::open(&root)?;
+    let left: BTreeSet<String> = std::fs::read_dir(&tmp)?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
+    for gone in ["1.dead.lock", "1.dead.1", "3.old.1"] {
+        ensure!(!left.contains(gone), "{gone} was kept: {left:?}");
+    }
+    for kept in ["2.live.lock", "2.live.7", "4.new.1"] {
+        ensure!(left.contains(kept), "{kept} was removed: {left:?}");
+    }
+    // Both running buckets kept their own lock files, and still write.
+    let locks = left.iter().filter(|n| n.ends_with(".lock")).count();
+    ensure!(locks == 3, "lock files left: {left:?}");
+    second.put("k/b", Bytes::from_static(b"b")).await?;
+    running.put("k/a", Bytes::from_static(b"a2")).await?;
+    ensure!(second.get("k/a").await?.bytes == Bytes::from_static(b"a2"));
+    drop(live_lock);
     Ok(())
 }
