@@ -198,7 +198,9 @@ pub struct NodeArgs {
     /// An actor with no event and no socket for this long hibernates.
     #[arg(long, env = "WASMKEEP_IDLE_TIMEOUT")]
     pub idle_timeout: Option<String>,
-    /// An actor with no event for this long drops its guest instance (not its data).
+    /// An actor with no event for this long drops its guest instance (not its
+    /// data); one activated by a single event drops it when that event is
+    /// done. At or above --idle-timeout, instances are kept while resident.
     #[arg(long, env = "WASMKEEP_INSTANCE_IDLE_TIMEOUT")]
     pub instance_idle_timeout: Option<String>,
     /// Resident actors at most (least recently used idle ones hibernate).

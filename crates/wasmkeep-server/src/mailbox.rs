@@ -78,6 +78,12 @@ struct Active {
     releaser: tokio::task::JoinHandle<()>,
     /// Set when the actor leaves for a move: told how the hand-over went.
     move_reply: Option<crate::moves::MoveReply>,
+    /// Jobs run since the activation, counted up to 2: after only one, the
+    /// instance is dropped as soon as the mailbox is empty (ADR 0024,
+    /// amended). Most actors activated by one event get no second one
+    /// soon (first touches, alarms, one-off calls); a busy one reloads its
+    /// instance once, at its second event, and keeps it from then on.
+    jobs_run: u8,
 }
 
 fn host(instance: &mut Box<dyn GuestInstance>) -> &mut NodeHost {
@@ -215,6 +221,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
         release_tx,
         releaser,
         move_reply: None,
+        jobs_run: 0,
     })
 }
 
@@ -619,6 +626,7 @@ async fn hand_over(
         release_tx,
         releaser,
         move_reply,
+        jobs_run: _,
     } = active;
     drop(release_tx);
     let _ = releaser.await;
@@ -729,7 +737,11 @@ async fn serve_until_leave(
             _ = stub.broken_notify.notified() => continue,
             _ = shutdown.changed() => continue,
             job = rx.recv() => job,
-            _ = tokio::time::sleep_until(last_job + instance_idle_timeout),
+            _ = tokio::time::sleep_until(if active.jobs_run > 1 {
+                    last_job + instance_idle_timeout
+                } else {
+                    last_job
+                }),
                 if active.instance.is_loaded() && instance_idle_timeout < idle_timeout =>
             {
                 active.instance.unload();
@@ -767,7 +779,10 @@ async fn serve_until_leave(
             }
             // Boxed: the event's future (guest call included) is large; inline
             // it would size every idle actor's mailbox task for it.
-            Some(job) => Box::pin(run_job(node, stub, active, job)).await,
+            Some(job) => {
+                active.jobs_run = active.jobs_run.saturating_add(1).min(2);
+                Box::pin(run_job(node, stub, active, job)).await;
+            }
             None => return Leave::Shutdown,
         }
     }

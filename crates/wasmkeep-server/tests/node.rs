@@ -620,6 +620,31 @@ async fn sockets_per_actor_are_limited() {
         .unwrap();
 }
 
+/// An actor activated by one event drops its instance as soon as that event
+/// is done, with a long instance idle timeout (below the idle timeout, 30 s:
+/// at or above it instances are never dropped); from its second event on it
+/// keeps the instance for the timeout.
+#[test]
+fn an_actor_with_one_event_drops_its_instance_at_once_a_busy_one_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &["--instance-idle-timeout", "20s"]);
+    let unloads = |s: &Server| s.metric("wasmkeep_instance_unloads_total");
+    let r = server.req("POST", "/demo/counter/once/increment");
+    assert_eq!((r.status, r.text()), (200, "1".to_owned()));
+    server.wait_until("the instance of the one-event actor is unloaded", |s| {
+        unloads(s) >= 1.0
+    });
+    // Its second and later events run on an instance it then keeps.
+    for n in 2..=4 {
+        let r = server.req("POST", "/demo/counter/once/increment");
+        assert_eq!((r.status, r.text()), (200, n.to_string()));
+    }
+    let r = server.req("GET", "/demo/counter/once/value");
+    assert_eq!((r.status, r.text()), (200, "4".to_owned()));
+    assert_eq!(unloads(&server), 1.0, "a busy actor dropped its instance");
+    assert_eq!(server.metric("wasmkeep_resident_actors"), 1.0);
+}
+
 #[test]
 fn an_idle_actor_drops_its_instance_and_keeps_its_data() {
     let dir = tempfile::tempdir().unwrap();
