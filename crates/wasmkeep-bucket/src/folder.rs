@@ -317,7 +317,7 @@ impl FolderBucket {
             )
             .and_then(|f| flock(&f, libc::LOCK_EX | libc::LOCK_NB).map(|()| f))
             .map_err(|e| config("create the temporary files' lock", e))?;
-        remove_stale_temp_files(&root.join(TEMP_DIR));
+        let adopted = adopt_temp_files(&root.join(TEMP_DIR));
         let root_dir = File::open(&root).map_err(|e| config("open", e))?;
         let sync_pool =
             SyncPool::start(SYNC_THREADS_MAX).map_err(|e| config("start the sync threads", e))?;
@@ -349,8 +349,15 @@ impl FolderBucket {
             temp_counter: 0,
             sync_pool,
             journal,
+            adopted_locks: adopted.locks,
             pool: InodePool {
-                files: VecDeque::new(),
+                // Adopted files wait out the grace like any other: a reader
+                // elsewhere may have opened one before its process died.
+                files: adopted
+                    .files
+                    .into_iter()
+                    .map(|path| (path, Instant::now()))
+                    .collect(),
                 grace: options.inode_reuse_grace.unwrap_or(INODE_REUSE_GRACE),
                 no_exchange: false,
             },
@@ -403,20 +410,42 @@ impl FolderBucket {
     }
 }
 
-/// Removes the temporary files of processes that are gone: those named
-/// after a lock file (`<prefix>.lock`) nobody holds, and, from builds that
-/// kept no lock, files older than [`TEMP_FILE_STALE_AGE`]. A live process's
-/// files are never removed, however old (a pooled file keeps the time its
-/// object was written).
-fn remove_stale_temp_files(temp_dir: &Path) {
-    let Ok(entries) = fs::read_dir(temp_dir) else {
-        return;
+/// The temporary files a new process takes over at open.
+struct Adopted {
+    /// Files of processes that are gone, kept for reuse (their inodes).
+    files: Vec<PathBuf>,
+    /// The lock files of those processes, held from now on, so their files
+    /// stay this process's own.
+    locks: Vec<File>,
+}
+
+/// Takes over the temporary files of processes that are gone (named after a
+/// lock file, `<prefix>.lock`, that nobody holds): they join this process's
+/// pool, up to [`INODE_POOL_FILES_MAX`] (a stopped process leaves its pool
+/// for the next one: unlinking thousands of files cost a restart 0.2-0.4 s),
+/// the rest are removed. A live process's files are never touched, however old (a pooled
+/// file keeps the time its object was written). Files of builds that kept no
+/// lock go by age ([`TEMP_FILE_STALE_AGE`]).
+fn adopt_temp_files(temp_dir: &Path) -> Adopted {
+    let mut adopted = Adopted {
+        files: Vec::new(),
+        locks: Vec::new(),
     };
-    let names: Vec<String> = entries
+    let Ok(entries) = fs::read_dir(temp_dir) else {
+        return adopted;
+    };
+    // Names, and whether each is a plain file (from the directory entry: no
+    // `stat` per file, which with thousands of pooled files cost a restart
+    // ~15 ms).
+    let listed: Vec<(String, bool)> = entries
         .flatten()
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .filter_map(|e| {
+            let is_file = e.file_type().is_ok_and(|t| t.is_file());
+            e.file_name().to_str().map(|n| (n.to_owned(), is_file))
+        })
         .collect();
-    let mut dead: Vec<&str> = Vec::new();
+    let names: Vec<&String> = listed.iter().map(|(n, _)| n).collect();
+    let mut dead: HashMap<&str, (File, usize)> = HashMap::new();
     let mut held: Vec<&str> = Vec::new();
     for name in &names {
         let Some(prefix) = name.strip_suffix(TEMP_LOCK_SUFFIX) else {
@@ -426,7 +455,7 @@ fn remove_stale_temp_files(temp_dir: &Path) {
             continue;
         };
         if flock(&lock, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
-            dead.push(prefix);
+            dead.insert(prefix, (lock, 0));
         } else {
             held.push(prefix);
         }
@@ -436,22 +465,45 @@ fn remove_stale_temp_files(temp_dir: &Path) {
         let mut parts = name.splitn(3, '.');
         Some(format!("{}.{}", parts.next()?, parts.next()?))
     };
-    for name in &names {
+    for (name, is_file) in &listed {
+        if name.ends_with(TEMP_LOCK_SUFFIX) {
+            continue;
+        }
         let path = temp_dir.join(name);
-        let stale = match owner(name) {
-            Some(prefix) if dead.contains(&prefix.as_str()) => true,
-            Some(prefix) if held.contains(&prefix.as_str()) => false,
-            _ => fs::metadata(&path)
+        let prefix = owner(name);
+        let remove = match prefix.as_deref().and_then(|p| dead.get_mut(p)) {
+            Some((_, kept)) => {
+                // Sizes are not checked: pooled files are small, and the
+                // others (writes in flight when a process crashed) are few;
+                // a reuse cuts any file to its new length.
+                if *is_file && adopted.files.len() < INODE_POOL_FILES_MAX {
+                    adopted.files.push(path.clone());
+                    *kept += 1;
+                    false
+                } else {
+                    true
+                }
+            }
+            None if prefix.as_deref().is_some_and(|p| held.contains(&p)) => false,
+            None => fs::metadata(&path)
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|modified| modified.elapsed().ok())
                 .is_some_and(|age| age > TEMP_FILE_STALE_AGE),
         };
-        if stale {
+        if remove {
             // Best effort: another process may remove it at the same time.
             let _ = fs::remove_file(&path);
         }
     }
+    for (prefix, (lock, kept)) in dead {
+        if kept == 0 {
+            let _ = fs::remove_file(temp_dir.join(format!("{prefix}{TEMP_LOCK_SUFFIX}")));
+        } else {
+            adopted.locks.push(lock);
+        }
+    }
+    adopted
 }
 
 #[async_trait]
@@ -632,6 +684,9 @@ struct Committer {
     temp_prefix: String,
     /// `.tmp/<temp_prefix>.lock`, locked while the committer runs.
     temp_lock: File,
+    /// The lock files of gone processes whose temporary files joined the
+    /// pool at open: held, so those files stay this process's own.
+    adopted_locks: Vec<File>,
     temp_counter: u64,
     sync_pool: SyncPool,
     journal: Option<Journal>,
@@ -674,13 +729,6 @@ impl InodePool {
             }
         }
         None
-    }
-
-    /// Unlinks every kept file (the committer stops).
-    fn clear(&mut self) {
-        for (path, _) in self.files.drain(..) {
-            let _ = fs::remove_file(path);
-        }
     }
 }
 
@@ -772,16 +820,21 @@ impl Committer {
             }
             self.commit(batch);
         }
-        self.pool.clear();
         if let Some(journal) = self.journal.take() {
             journal.close();
         }
-        let lock = self
-            .root
-            .join(TEMP_DIR)
-            .join(format!("{}{TEMP_LOCK_SUFFIX}", self.temp_prefix));
-        let _ = fs::remove_file(lock);
+        // The pool stays for the next process on this folder to adopt (see
+        // `adopt_temp_files`), with the lock file that names it as gone once
+        // unlocked; without a pool the lock file goes too.
+        if self.pool.files.is_empty() {
+            let lock = self
+                .root
+                .join(TEMP_DIR)
+                .join(format!("{}{TEMP_LOCK_SUFFIX}", self.temp_prefix));
+            let _ = fs::remove_file(lock);
+        }
         let _ = flock(&self.temp_lock, libc::LOCK_UN);
+        self.adopted_locks.clear();
     }
 
     fn lock_file(&mut self, stripe: usize) -> io::Result<&File> {

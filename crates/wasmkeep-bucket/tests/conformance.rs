@@ -997,56 +997,85 @@ async fn folder_reuses_the_files_of_replaced_and_deleted_objects() -> anyhow::Re
 }
 
 /// At open, the temporary files of processes that are gone (their lock file
-/// is not held) are removed, however new, and a live process's are kept,
-/// however old (a pooled file keeps its object's old time); files without a
-/// lock file go by age alone.
+/// is not held) join the new process's pool (their lock then held by it)
+/// and are reused; a gone process's lock with no files left is removed; a
+/// live process's files are kept, however old (a pooled file keeps its
+/// object's old time); files without a lock file go by age alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn folder_open_removes_only_the_temporary_files_of_processes_that_are_gone()
+async fn folder_open_adopts_only_the_temporary_files_of_processes_that_are_gone()
 -> anyhow::Result<()> {
+    use std::os::fd::AsRawFd as _;
     let dir = tempfile::tempdir()?;
     let root = dir.path().canonicalize()?;
     let running = wasmkeep_bucket::FolderBucket::open(&root)?;
     running.put("k/a", Bytes::from_static(b"a")).await?;
     let tmp = root.join(".tmp");
     let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
-    let file = |name: &str, old: bool| -> anyhow::Result<()> {
-        let f = std::fs::File::create(tmp.join(name))?;
+    let file = |name: &str, len: usize, old: bool| -> anyhow::Result<()> {
+        std::fs::write(tmp.join(name), vec![b'x'; len])?;
         if old {
-            f.set_modified(two_hours_ago)?;
+            std::fs::File::options()
+                .write(true)
+                .open(tmp.join(name))?
+                .set_modified(two_hours_ago)?;
         }
         Ok(())
     };
-    // Gone: a lock file nobody holds.
-    file("1.dead.lock", false)?;
-    file("1.dead.1", false)?;
+    // SAFETY: flock on descriptors this test owns.
+    let try_lock = |f: &std::fs::File| unsafe {
+        libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0
+    };
+    // Gone: a lock file nobody holds, and its files.
+    file("1.dead.lock", 0, false)?;
+    file("1.dead.1", 10, true)?;
+    // Gone, with nothing left.
+    file("5.empty.lock", 0, false)?;
     // Live: its lock held (a separate open file description, as another
     // process would hold it), its file old.
-    file("2.live.lock", false)?;
+    file("2.live.lock", 0, false)?;
     let live_lock = std::fs::File::open(tmp.join("2.live.lock"))?;
-    // SAFETY: flock on a descriptor this test owns.
-    ensure!(
-        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&live_lock), libc::LOCK_EX) } == 0
-    );
-    file("2.live.7", true)?;
+    ensure!(try_lock(&live_lock));
+    file("2.live.7", 10, true)?;
     // No lock file: by age.
-    file("3.old.1", true)?;
-    file("4.new.1", false)?;
+    file("3.old.1", 10, true)?;
+    file("4.new.1", 10, false)?;
+    let adopted_inode = inode(&tmp, "1.dead.1")?;
+    let _pinned = std::fs::File::open(tmp.join("1.dead.1"))?;
 
-    let second = wasmkeep_bucket::FolderBucket::open(&root)?;
+    let options = wasmkeep_bucket::FolderOptions {
+        inode_reuse_grace: Some(std::time::Duration::ZERO),
+        ..Default::default()
+    };
+    let second = wasmkeep_bucket::FolderBucket::open_with(&root, options)?;
     let left: BTreeSet<String> = std::fs::read_dir(&tmp)?
         .flatten()
         .filter_map(|e| e.file_name().to_str().map(str::to_owned))
         .collect();
-    for gone in ["1.dead.lock", "1.dead.1", "3.old.1"] {
+    for gone in ["5.empty.lock", "3.old.1"] {
         ensure!(!left.contains(gone), "{gone} was kept: {left:?}");
     }
-    for kept in ["2.live.lock", "2.live.7", "4.new.1"] {
+    for kept in [
+        "1.dead.lock",
+        "1.dead.1",
+        "2.live.lock",
+        "2.live.7",
+        "4.new.1",
+    ] {
         ensure!(left.contains(kept), "{kept} was removed: {left:?}");
     }
-    // Both running buckets kept their own lock files, and still write.
+    // The adopted process's lock is held by the second bucket now.
+    let dead_lock = std::fs::File::open(tmp.join("1.dead.lock"))?;
+    ensure!(!try_lock(&dead_lock), "the adopted lock is not held");
+    // Both running buckets kept their own lock files, and still write; the
+    // second one's first new file is the adopted one.
     let locks = left.iter().filter(|n| n.ends_with(".lock")).count();
-    ensure!(locks == 3, "lock files left: {left:?}");
+    ensure!(locks == 4, "lock files left: {left:?}");
     second.put("k/b", Bytes::from_static(b"b")).await?;
+    ensure!(
+        inode(&root, "k/b")? == adopted_inode,
+        "the adopted file was not reused"
+    );
+    ensure!(second.get("k/b").await?.bytes == Bytes::from_static(b"b"));
     running.put("k/a", Bytes::from_static(b"a2")).await?;
     ensure!(second.get("k/a").await?.bytes == Bytes::from_static(b"a2"));
     drop(live_lock);
