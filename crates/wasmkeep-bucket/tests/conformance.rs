@@ -457,12 +457,8 @@ mod fixtures {
         })
     }
 
-    fn folder_with(mode: wasmkeep_bucket::SyncMode) -> anyhow::Result<Fixture> {
+    fn folder_with(options: wasmkeep_bucket::FolderOptions) -> anyhow::Result<Fixture> {
         let dir = tempfile::tempdir()?;
-        let options = wasmkeep_bucket::FolderOptions {
-            sync_mode: mode,
-            ..Default::default()
-        };
         let bucket = wasmkeep_bucket::FolderBucket::open_with(dir.path(), options)?;
         Ok(Fixture {
             bucket: Arc::new(bucket),
@@ -472,26 +468,25 @@ mod fixtures {
     }
 
     pub async fn folder_per_file(_test: &str) -> anyhow::Result<Fixture> {
-        folder_with(wasmkeep_bucket::SyncMode::PerFile)
+        folder_with(wasmkeep_bucket::FolderOptions {
+            sync_mode: wasmkeep_bucket::SyncMode::PerFile,
+            ..Default::default()
+        })
     }
 
     pub async fn folder_syncfs(_test: &str) -> anyhow::Result<Fixture> {
-        folder_with(wasmkeep_bucket::SyncMode::Syncfs)
+        folder_with(wasmkeep_bucket::FolderOptions {
+            sync_mode: wasmkeep_bucket::SyncMode::Syncfs,
+            ..Default::default()
+        })
     }
 
     /// Replaced and deleted files are reused at once (no grace), so every
     /// case also runs on reused inodes.
     pub async fn folder_reusing_inodes(_test: &str) -> anyhow::Result<Fixture> {
-        let dir = tempfile::tempdir()?;
-        let options = wasmkeep_bucket::FolderOptions {
+        folder_with(wasmkeep_bucket::FolderOptions {
             inode_reuse_grace: Some(std::time::Duration::ZERO),
             ..Default::default()
-        };
-        let bucket = wasmkeep_bucket::FolderBucket::open_with(dir.path(), options)?;
-        Ok(Fixture {
-            bucket: Arc::new(bucket),
-            prefix: "t/".to_owned(),
-            _keep: Box::new(dir),
         })
     }
 
