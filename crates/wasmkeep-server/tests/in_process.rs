@@ -139,3 +139,51 @@ async fn shutdown_releases_every_ownership_record() {
         "{refused:?}"
     );
 }
+
+/// Deploying the bytes that already are the class's current version writes
+/// nothing (a bucket whose every write reports "outcome unknown" does not
+/// fail it); other bytes are validated and written as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploying_the_current_version_again_writes_nothing() {
+    let memory = Arc::new(MemoryBucket::new());
+    let bucket: Arc<dyn Bucket> = memory.clone();
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasmkeep-server-tests-cache");
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.join("components")),
+        instances_max: 4,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let keys = Keys::new(&AppName::default_app());
+    let class = ClassName::new("counter").unwrap();
+    let first = classes::deploy(&*bucket, &keys, &class, counter_bytes(), &runtime)
+        .await
+        .unwrap();
+    memory.faults().set_reply_lost_probability(1.0);
+    let again = classes::deploy(&*bucket, &keys, &class, counter_bytes(), &runtime)
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    assert_eq!(
+        memory.faults().injected_count(),
+        0,
+        "the second deploy wrote"
+    );
+    // Other bytes (a component of another class) are written: here the lost
+    // reply makes that deploy fail.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/wasm/chat.wasm");
+    let chat = std::fs::read(&path).unwrap();
+    assert!(
+        classes::deploy(&*bucket, &keys, &class, chat, &runtime)
+            .await
+            .is_err()
+    );
+    assert!(memory.faults().injected_count() > 0);
+    // Bytes that do not validate are refused as before.
+    memory.faults().clear();
+    assert!(
+        classes::deploy(&*bucket, &keys, &class, b"not wasm".to_vec(), &runtime)
+            .await
+            .is_err()
+    );
+}
