@@ -444,10 +444,9 @@ fn adopt_temp_files(temp_dir: &Path) -> Adopted {
             e.file_name().to_str().map(|n| (n.to_owned(), is_file))
         })
         .collect();
-    let names: Vec<&String> = listed.iter().map(|(n, _)| n).collect();
     let mut dead: HashMap<&str, (File, usize)> = HashMap::new();
     let mut held: Vec<&str> = Vec::new();
-    for name in &names {
+    for (name, _) in &listed {
         let Some(prefix) = name.strip_suffix(TEMP_LOCK_SUFFIX) else {
             continue;
         };

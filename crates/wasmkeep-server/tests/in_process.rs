@@ -19,14 +19,23 @@ fn counter_bytes() -> Vec<u8> {
         .unwrap_or_else(|_| panic!("{} is missing: run scripts/build-guests", path.display()))
 }
 
-async fn start(bucket: Arc<dyn Bucket>) -> Arc<Node> {
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasmkeep-server-tests-cache");
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache.join("components")),
-        instances_max: 16,
+/// The tests' cache folder (compiled components, the node's cache).
+fn cache_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasmkeep-server-tests-cache")
+}
+
+fn runtime(instances_max: u32) -> Runtime {
+    Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir().join("components")),
+        instances_max,
         ..RuntimeConfig::default()
     })
-    .unwrap();
+    .unwrap()
+}
+
+async fn start(bucket: Arc<dyn Bucket>) -> Arc<Node> {
+    let cache = cache_dir();
+    let runtime = runtime(16);
     let app = AppName::default_app();
     let class = ClassName::new("counter").unwrap();
     classes::deploy(
@@ -147,13 +156,7 @@ async fn shutdown_releases_every_ownership_record() {
 async fn deploying_the_current_version_again_writes_nothing() {
     let memory = Arc::new(MemoryBucket::new());
     let bucket: Arc<dyn Bucket> = memory.clone();
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasmkeep-server-tests-cache");
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache.join("components")),
-        instances_max: 4,
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
+    let runtime = runtime(4);
     let keys = Keys::new(&AppName::default_app());
     let class = ClassName::new("counter").unwrap();
     let first = classes::deploy(&*bucket, &keys, &class, counter_bytes(), &runtime)
