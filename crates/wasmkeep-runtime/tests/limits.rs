@@ -203,3 +203,28 @@ async fn an_unloaded_instance_keeps_its_host_and_starts_fresh_at_the_next_event(
     assert_eq!(count(&mut actor).await, "1");
     assert!(actor.is_loaded());
 }
+
+#[tokio::test]
+async fn an_instance_in_a_reused_slot_starts_from_the_components_image() {
+    // One slot: the second actor's instance gets the memory the first one
+    // wrote to, reset (partly by memset, see `LINEAR_MEMORY_KEEP_RESIDENT`).
+    let runtime = Runtime::new(RuntimeConfig {
+        instances_max: 1,
+        ..small_config()
+    })
+    .expect("runtime");
+    let component = runtime.load_component(&guest("trap")).expect("loads");
+    let new =
+        |name: &str| component.instantiate(actor_id(name), Box::new(RecordingHost::default()));
+    let mut first = new("first").await.expect("first");
+    for expected in ["1", "2", "3"] {
+        assert_eq!(count(&mut first).await, expected);
+    }
+    drop(first);
+    let mut second = new("second").await.expect("the slot is free again");
+    assert_eq!(
+        count(&mut second).await,
+        "1",
+        "the first actor's state leaked"
+    );
+}
