@@ -50,6 +50,13 @@
 //! every read that took longer than [`READ_TIME_MAX`] (half the grace) is
 //! done again: a read within it ended before any reuse began.
 //!
+//! Reads run on the caller's thread when they cannot wait for the device
+//! (ADR 0028): small objects whose pages are all cached (`preadv2` with
+//! `RWF_NOWAIT`), listings of a few objects. Any other read goes to a
+//! blocking thread. Handing every read to another thread cost more than the
+//! read: a new actor's activation reads three times (its ownership record,
+//! its snapshots and its log, all missing).
+//!
 //! The etag is the first 16 bytes of the SHA-256 of the body, in hex,
 //! computed when read. Writing the same bytes again gives the same etag (as
 //! on S3); bodies that need to be told apart carry a nonce.
@@ -238,35 +245,86 @@ fn check_not_reserved(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// Where a read runs, and so how long it may block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    /// A blocking thread: any read.
+    Blocking,
+    /// The caller's own (async) thread, which must not wait for the device:
+    /// at most [`INLINE_LIST_OBJECTS_MAX`] objects of at most
+    /// [`INLINE_READ_BYTES_MAX`] bytes each, whose pages are all in memory
+    /// (`preadv2` with `RWF_NOWAIT`). Anything else is [`ReadFailure::WouldBlock`]
+    /// and is read again on a blocking thread.
+    Inline,
+}
+
+/// Largest object read on the caller's thread.
+const INLINE_READ_BYTES_MAX: u64 = 64 << 10;
+/// Most objects one listing reads on the caller's thread (to hash them for
+/// their etags); a longer listing runs on a blocking thread.
+const INLINE_LIST_OBJECTS_MAX: usize = 8;
+
+/// Why a read gave no answer.
+#[derive(Debug)]
+enum ReadFailure {
+    Failed(Error),
+    /// An inline read would have to wait (see [`Reader::Inline`]).
+    WouldBlock,
+}
+
+impl From<Error> for ReadFailure {
+    fn from(e: Error) -> Self {
+        Self::Failed(e)
+    }
+}
+
+impl ReadFailure {
+    /// The error of a [`Reader::Blocking`] read, which never would block.
+    fn into_error(self, key: &str) -> Error {
+        match self {
+            Self::Failed(e) => e,
+            Self::WouldBlock => Error::Unavailable {
+                key: key.to_owned(),
+                reason: "internal: a blocking read would block".to_owned(),
+            },
+        }
+    }
+}
+
 /// Reads an object whole; `Ok(None)` when it does not exist. A read that
 /// took longer than [`READ_TIME_MAX`] is done again: the committer may have
 /// reused the file it opened (see the module docs).
-fn read_object(root: &Path, key: &str) -> Result<Option<Object>> {
-    read_object_within(root, key, READ_TIME_MAX)
+fn read_object(root: &Path, key: &str, reader: Reader) -> Result<Option<Object>, ReadFailure> {
+    read_object_within(root, key, READ_TIME_MAX, reader)
 }
 
-fn read_object_within(root: &Path, key: &str, time_max: Duration) -> Result<Option<Object>> {
+fn read_object_within(
+    root: &Path,
+    key: &str,
+    time_max: Duration,
+    reader: Reader,
+) -> Result<Option<Object>, ReadFailure> {
     let path = root.join(key);
     for _ in 0..READ_ATTEMPTS_MAX {
         let started = Instant::now();
-        let read = read_object_once(&path, key)?;
+        let read = read_object_once(&path, key, reader)?;
         if started.elapsed() <= time_max {
             return Ok(read);
         }
     }
-    Err(Error::Unavailable {
+    Err(ReadFailure::Failed(Error::Unavailable {
         key: key.to_owned(),
         reason: format!(
             "each of {READ_ATTEMPTS_MAX} reads took longer than {time_max:?} (the machine is overloaded)"
         ),
-    })
+    }))
 }
 
-fn read_object_once(path: &Path, key: &str) -> Result<Option<Object>> {
+fn read_object_once(path: &Path, key: &str, reader: Reader) -> Result<Option<Object>, ReadFailure> {
     let mut file = match File::open(path) {
         Ok(f) => f,
         Err(e) if is_missing(&e) => return Ok(None),
-        Err(e) => return Err(io_unavailable(key, "open", &e)),
+        Err(e) => return Err(io_unavailable(key, "open", &e).into()),
     };
     let metadata = file
         .metadata()
@@ -274,9 +332,20 @@ fn read_object_once(path: &Path, key: &str) -> Result<Option<Object>> {
     if metadata.is_dir() {
         return Ok(None);
     }
-    let mut buf = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
-    file.read_to_end(&mut buf)
-        .map_err(|e| io_unavailable(key, "read", &e))?;
+    let buf = match reader {
+        Reader::Blocking => {
+            let mut buf = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
+            file.read_to_end(&mut buf)
+                .map_err(|e| io_unavailable(key, "read", &e))?;
+            buf
+        }
+        Reader::Inline if metadata.len() > INLINE_READ_BYTES_MAX => {
+            return Err(ReadFailure::WouldBlock);
+        }
+        Reader::Inline => read_cached(&file, metadata.len())
+            .map_err(|e| io_unavailable(key, "read", &e))?
+            .ok_or(ReadFailure::WouldBlock)?,
+    };
     let meta = ObjectMeta {
         key: key.to_owned(),
         etag: content_etag(&buf),
@@ -287,6 +356,42 @@ fn read_object_once(path: &Path, key: &str) -> Result<Option<Object>> {
         bytes: Bytes::from(buf),
         meta,
     }))
+}
+
+/// Reads the `len` bytes of `file` if all of them are in the page cache;
+/// `Ok(None)` if reading would wait for the device (or the file system
+/// cannot tell). A file is not rewritten while a read of it may still be
+/// used (see inode reuse in the module docs), so its length is the one
+/// `fstat` gave.
+fn read_cached(file: &File, len: u64) -> io::Result<Option<Vec<u8>>> {
+    let len = usize::try_from(len).expect("at most INLINE_READ_BYTES_MAX");
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let rest = &mut buf[done..];
+        let iov = libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        };
+        let offset = libc::off_t::try_from(done).expect("small");
+        // SAFETY: `iov` describes `rest`, which is valid for writes of its
+        // length and outlives the call.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL) => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+        if n == 0 {
+            break;
+        }
+        done += usize::try_from(n).expect("non-negative");
+    }
+    buf.truncate(done);
+    Ok(Some(buf))
 }
 
 impl FolderBucket {
@@ -510,13 +615,21 @@ impl Bucket for FolderBucket {
     async fn get(&self, key: &str) -> Result<Object> {
         validate_key(key)?;
         check_not_reserved(key)?;
-        let root = Arc::clone(&self.root);
-        let owned = key.to_owned();
-        Self::blocking(key, move || read_object(&root, &owned))
-            .await?
-            .ok_or_else(|| Error::NotFound {
-                key: key.to_owned(),
-            })
+        let found = match read_object(&self.root, key, Reader::Inline) {
+            Ok(found) => found,
+            Err(ReadFailure::Failed(e)) => return Err(e),
+            Err(ReadFailure::WouldBlock) => {
+                let root = Arc::clone(&self.root);
+                let owned = key.to_owned();
+                Self::blocking(key, move || {
+                    read_object(&root, &owned, Reader::Blocking).map_err(|f| f.into_error(&owned))
+                })
+                .await?
+            }
+        };
+        found.ok_or_else(|| Error::NotFound {
+            key: key.to_owned(),
+        })
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
@@ -557,11 +670,17 @@ impl Bucket for FolderBucket {
 
     async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
         validate_prefix(prefix)?;
+        match list_page_with(&self.root, prefix, start_after, Reader::Inline) {
+            Ok(page) => return Ok(page),
+            Err(ReadFailure::Failed(e)) => return Err(e),
+            Err(ReadFailure::WouldBlock) => {}
+        }
         let root = Arc::clone(&self.root);
         let prefix_owned = prefix.to_owned();
         let after = start_after.map(str::to_owned);
         Self::blocking(prefix, move || {
-            list_page_blocking(&root, &prefix_owned, after.as_deref())
+            list_page_with(&root, &prefix_owned, after.as_deref(), Reader::Blocking)
+                .map_err(|f| f.into_error(&prefix_owned))
         })
         .await
     }
@@ -576,7 +695,12 @@ fn committer_bug(key: &str) -> Error {
 
 /// Walks the folder in key order (a folder `d` sorts as `d/`), collecting
 /// keys under `prefix` after `start_after`, up to one page.
-fn list_page_blocking(root: &Path, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
+fn list_page_with(
+    root: &Path,
+    prefix: &str,
+    start_after: Option<&str>,
+    reader: Reader,
+) -> Result<ListPage, ReadFailure> {
     // The deepest folder fully named by the prefix.
     let (dir_key, _) = prefix
         .rsplit_once('/')
@@ -594,6 +718,7 @@ fn list_page_blocking(root: &Path, prefix: &str, start_after: Option<&str>) -> R
         start_after,
         out: &mut out,
         more: &mut more,
+        reader,
     };
     walk.dir(&dir_key_slash)?;
     let next = if more {
@@ -610,17 +735,18 @@ struct Walk<'a> {
     start_after: Option<&'a str>,
     out: &'a mut Vec<ObjectMeta>,
     more: &'a mut bool,
+    reader: Reader,
 }
 
 impl Walk<'_> {
     /// Visits the folder whose keys start with `dir_key` ("" or ending in '/').
     /// Returns false once the page is full.
-    fn dir(&mut self, dir_key: &str) -> Result<bool> {
+    fn dir(&mut self, dir_key: &str) -> Result<bool, ReadFailure> {
         let path = self.root.join(dir_key);
         let entries = match fs::read_dir(&path) {
             Ok(e) => e,
             Err(e) if is_missing(&e) => return Ok(true),
-            Err(e) => return Err(io_unavailable(dir_key, "list", &e)),
+            Err(e) => return Err(io_unavailable(dir_key, "list", &e).into()),
         };
         let mut children: Vec<(String, bool)> = Vec::new();
         for entry in entries {
@@ -642,6 +768,11 @@ impl Walk<'_> {
                 format!("{dir_key}{name}")
             };
             children.push((sort_key, is_dir));
+            // A long listing goes to a blocking thread before this one
+            // spent anything on it.
+            if self.reader == Reader::Inline && children.len() > INLINE_LIST_OBJECTS_MAX {
+                return Err(ReadFailure::WouldBlock);
+            }
         }
         children.sort();
         for (key, is_dir) in children {
@@ -661,7 +792,10 @@ impl Walk<'_> {
                 }
                 continue;
             }
-            let Some(object) = read_object(self.root, &key)? else {
+            if self.reader == Reader::Inline && self.out.len() == INLINE_LIST_OBJECTS_MAX {
+                return Err(ReadFailure::WouldBlock);
+            }
+            let Some(object) = read_object(self.root, &key, self.reader)? else {
                 continue;
             };
             if self.out.len() == LIST_PAGE_OBJECTS_MAX {
@@ -965,7 +1099,9 @@ impl Committer {
         if self.root.join(key).is_dir() {
             return Err(prefix_collision(key));
         }
-        Ok(read_object(&self.root, key)?.map(|o| (o.meta.etag, o.meta.size)))
+        Ok(read_object(&self.root, key, Reader::Blocking)
+            .map_err(|f| f.into_error(key))?
+            .map(|o| (o.meta.etag, o.meta.size)))
     }
 
     /// The key's size if it exists now (this batch's earlier writes
@@ -1597,16 +1733,87 @@ mod tests {
     fn reads_slower_than_the_limit_are_retried_then_refused() {
         let dir = tempfile::tempdir().expect("a temporary folder");
         fs::write(dir.path().join("k"), b"body").expect("written");
-        match read_object_within(dir.path(), "k", Duration::ZERO) {
-            Err(Error::Unavailable { key, reason }) => {
+        match read_object_within(dir.path(), "k", Duration::ZERO, Reader::Blocking) {
+            Err(ReadFailure::Failed(Error::Unavailable { key, reason })) => {
                 assert_eq!(key, "k");
                 assert!(reason.contains("took longer"), "{reason}");
             }
             other => panic!("a read over the limit gave {other:?}"),
         }
-        let read = read_object_within(dir.path(), "k", READ_TIME_MAX)
+        let read = read_object_within(dir.path(), "k", READ_TIME_MAX, Reader::Blocking)
             .expect("readable")
             .expect("present");
         assert_eq!(read.bytes, Bytes::from_static(b"body"));
+    }
+
+    /// Drops `path`'s pages from the page cache (written back first).
+    fn evict(path: &Path) {
+        let file = File::open(path).expect("open");
+        file.sync_all().expect("written back");
+        // SAFETY: a plain advice call on an open descriptor.
+        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0, "fadvise");
+    }
+
+    /// An inline read answers only from memory: a cached object reads
+    /// whole, and one that would wait for the device, is too large, or is
+    /// one object too many for a listing is left to a blocking thread,
+    /// which reads it whole.
+    #[test]
+    fn inline_reads_take_only_what_is_in_memory_and_leave_the_rest_to_a_blocking_read() {
+        // Under the target folder: on the disk (a tmpfs keeps every page).
+        let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tmp");
+        fs::create_dir_all(&base).expect("the target folder");
+        let dir = tempfile::tempdir_in(base).expect("a temporary folder");
+        let body = vec![7u8; 10_000];
+        fs::write(dir.path().join("cached"), &body).expect("written");
+        let read = read_object(dir.path(), "cached", Reader::Inline)
+            .expect("in memory")
+            .expect("present");
+        assert_eq!(read.bytes, body);
+        assert_eq!(read.meta.etag, content_etag(&body));
+
+        fs::write(dir.path().join("evicted"), &body).expect("written");
+        evict(&dir.path().join("evicted"));
+        assert!(matches!(
+            read_object(dir.path(), "evicted", Reader::Inline),
+            Err(ReadFailure::WouldBlock)
+        ));
+        let big = vec![1u8; usize::try_from(INLINE_READ_BYTES_MAX).expect("small") + 1];
+        fs::write(dir.path().join("big"), &big).expect("written");
+        assert!(matches!(
+            read_object(dir.path(), "big", Reader::Inline),
+            Err(ReadFailure::WouldBlock)
+        ));
+        for key in ["evicted", "big"] {
+            let read = read_object(dir.path(), key, Reader::Blocking)
+                .expect("readable")
+                .expect("present");
+            assert_eq!(
+                read.meta.size,
+                fs::metadata(dir.path().join(key)).expect("stat").len()
+            );
+        }
+        assert!(matches!(
+            read_object(dir.path(), "missing", Reader::Inline),
+            Ok(None)
+        ));
+
+        fs::create_dir(dir.path().join("few")).expect("folder");
+        fs::create_dir(dir.path().join("many")).expect("folder");
+        for i in 0..INLINE_LIST_OBJECTS_MAX {
+            fs::write(dir.path().join(format!("few/{i}")), b"x").expect("written");
+        }
+        for i in 0..=INLINE_LIST_OBJECTS_MAX {
+            fs::write(dir.path().join(format!("many/{i}")), b"x").expect("written");
+        }
+        let few = list_page_with(dir.path(), "few/", None, Reader::Inline).expect("inline");
+        assert_eq!(few.objects.len(), INLINE_LIST_OBJECTS_MAX);
+        assert!(matches!(
+            list_page_with(dir.path(), "many/", None, Reader::Inline),
+            Err(ReadFailure::WouldBlock)
+        ));
+        let many = list_page_with(dir.path(), "many/", None, Reader::Blocking).expect("listed");
+        assert_eq!(many.objects.len(), INLINE_LIST_OBJECTS_MAX + 1);
     }
 }
