@@ -502,16 +502,28 @@ impl FolderBucket {
         })?
     }
 
-    async fn blocking<T: Send + 'static>(
+    /// Runs `read` on this thread as [`Reader::Inline`] and, if that would
+    /// block, again on a blocking thread as [`Reader::Blocking`].
+    async fn read<T: Send + 'static>(
+        &self,
         key: &str,
-        f: impl FnOnce() -> Result<T> + Send + 'static,
+        read: impl Fn(&Path, Reader) -> Result<T, ReadFailure> + Send + 'static,
     ) -> Result<T> {
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(|e| Error::Unavailable {
-                key: key.to_owned(),
-                reason: format!("blocking task failed: {e}"),
-            })?
+        match read(&self.root, Reader::Inline) {
+            Ok(found) => return Ok(found),
+            Err(ReadFailure::Failed(e)) => return Err(e),
+            Err(ReadFailure::WouldBlock) => {}
+        }
+        let root = Arc::clone(&self.root);
+        let owned = key.to_owned();
+        tokio::task::spawn_blocking(move || {
+            read(&root, Reader::Blocking).map_err(|f| f.into_error(&owned))
+        })
+        .await
+        .map_err(|e| Error::Unavailable {
+            key: key.to_owned(),
+            reason: format!("blocking task failed: {e}"),
+        })?
     }
 }
 
@@ -615,21 +627,12 @@ impl Bucket for FolderBucket {
     async fn get(&self, key: &str) -> Result<Object> {
         validate_key(key)?;
         check_not_reserved(key)?;
-        let found = match read_object(&self.root, key, Reader::Inline) {
-            Ok(found) => found,
-            Err(ReadFailure::Failed(e)) => return Err(e),
-            Err(ReadFailure::WouldBlock) => {
-                let root = Arc::clone(&self.root);
-                let owned = key.to_owned();
-                Self::blocking(key, move || {
-                    read_object(&root, &owned, Reader::Blocking).map_err(|f| f.into_error(&owned))
-                })
-                .await?
-            }
-        };
-        found.ok_or_else(|| Error::NotFound {
-            key: key.to_owned(),
-        })
+        let owned = key.to_owned();
+        self.read(key, move |root, reader| read_object(root, &owned, reader))
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                key: key.to_owned(),
+            })
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
@@ -670,17 +673,10 @@ impl Bucket for FolderBucket {
 
     async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
         validate_prefix(prefix)?;
-        match list_page_with(&self.root, prefix, start_after, Reader::Inline) {
-            Ok(page) => return Ok(page),
-            Err(ReadFailure::Failed(e)) => return Err(e),
-            Err(ReadFailure::WouldBlock) => {}
-        }
-        let root = Arc::clone(&self.root);
-        let prefix_owned = prefix.to_owned();
+        let owned = prefix.to_owned();
         let after = start_after.map(str::to_owned);
-        Self::blocking(prefix, move || {
-            list_page_with(&root, &prefix_owned, after.as_deref(), Reader::Blocking)
-                .map_err(|f| f.into_error(&prefix_owned))
+        self.read(prefix, move |root, reader| {
+            list_page_with(root, &owned, after.as_deref(), reader)
         })
         .await
     }

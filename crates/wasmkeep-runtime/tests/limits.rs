@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{
     RecordingHost, actor_id, body_text, get, guest, instance, recorder, runtime, small_config,
 };
-use wasmkeep_runtime::{ActorInstance, Error, EventError, Runtime, RuntimeConfig};
+use wasmkeep_runtime::{ActorInstance, ClassComponent, Error, EventError, Runtime, RuntimeConfig};
 
 /// `/count` answers how many requests this instance has served.
 async fn count(actor: &mut ActorInstance) -> String {
@@ -140,14 +140,21 @@ fn a_component_whose_initial_memory_exceeds_the_limit_is_refused_clearly() {
     );
 }
 
-#[tokio::test]
-async fn a_full_pool_refuses_another_instance_until_one_is_dropped() {
+/// The trap guest, in a runtime of its own whose pool holds `instances_max`
+/// instances.
+fn trap_in_a_pool_of(instances_max: u32) -> (Runtime, ClassComponent) {
     let runtime = Runtime::new(RuntimeConfig {
-        instances_max: 2,
+        instances_max,
         ..small_config()
     })
     .expect("runtime");
     let component = runtime.load_component(&guest("trap")).expect("loads");
+    (runtime, component)
+}
+
+#[tokio::test]
+async fn a_full_pool_refuses_another_instance_until_one_is_dropped() {
+    let (_runtime, component) = trap_in_a_pool_of(2);
     let new =
         |name: &str| component.instantiate(actor_id(name), Box::new(RecordingHost::default()));
     let first = new("one").await.expect("first");
@@ -208,12 +215,7 @@ async fn an_unloaded_instance_keeps_its_host_and_starts_fresh_at_the_next_event(
 async fn an_instance_in_a_reused_slot_starts_from_the_components_image() {
     // One slot: the second actor's instance gets the memory the first one
     // wrote to, reset (partly by memset, see `LINEAR_MEMORY_KEEP_RESIDENT`).
-    let runtime = Runtime::new(RuntimeConfig {
-        instances_max: 1,
-        ..small_config()
-    })
-    .expect("runtime");
-    let component = runtime.load_component(&guest("trap")).expect("loads");
+    let (_runtime, component) = trap_in_a_pool_of(1);
     let new =
         |name: &str| component.instantiate(actor_id(name), Box::new(RecordingHost::default()));
     let mut first = new("first").await.expect("first");
