@@ -518,16 +518,29 @@ pub async fn open_bucket(url: &str) -> anyhow::Result<Arc<dyn Bucket>> {
     Ok(wasmkeep_bucket::open(url).await?)
 }
 
-fn runtime_for(config: &NodeConfig) -> anyhow::Result<Runtime> {
-    let runtime_config = RuntimeConfig {
+fn runtime_config_for(config: &NodeConfig) -> RuntimeConfig {
+    RuntimeConfig {
         cache_dir: Some(config.data_dir.join("components")),
         // Headroom over --max-actors: actors being evicted still hold their
         // instance while new ones activate.
         instances_max: u32::try_from(config.actors_max * 2 + 64).unwrap_or(u32::MAX),
         event_time_max: config.limits.event_time_max,
         ..RuntimeConfig::default()
-    };
-    Ok(Runtime::new(runtime_config)?)
+    }
+}
+
+/// Opens the bucket while another thread builds the runtime: both take
+/// milliseconds at start (the folder's recovery and pool adoption; the
+/// instance pools' guard pages, some two thousand `mprotect`s).
+async fn open_bucket_and_runtime(
+    url: &str,
+    config: &NodeConfig,
+) -> anyhow::Result<(Arc<dyn Bucket>, Runtime)> {
+    let runtime_config = runtime_config_for(config);
+    let runtime = tokio::task::spawn_blocking(move || Runtime::new(runtime_config));
+    let bucket = open_bucket(url).await?;
+    let runtime = runtime.await.context("building the runtime")??;
+    Ok((bucket, runtime))
 }
 
 pub fn init_logging(format: Option<LogFormat>) {
@@ -1000,8 +1013,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<Vec<_>>>()?
     };
-    let bucket = open_bucket(&bucket_url).await?;
-    let runtime = runtime_for(&config)?;
+    let (bucket, runtime) = open_bucket_and_runtime(&bucket_url, &config).await?;
     let keys = Keys::new(&config.app);
     let mut classes_deployed = Vec::new();
     for (class, path) in components {
@@ -1052,8 +1064,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             listen: "127.0.0.1:8787",
         },
     )?;
-    let bucket = open_bucket(&bucket_url).await?;
-    let runtime = runtime_for(&config)?;
+    let (bucket, runtime) = open_bucket_and_runtime(&bucket_url, &config).await?;
     serve_node(config, bucket, runtime, Some(drain_timeout), |addr| {
         tracing::info!(%addr, "ready");
     })
