@@ -85,7 +85,9 @@ use crate::journal::{
     Journal, JournalOptions, entry_bytes,
 };
 use crate::key::{validate_key, validate_prefix};
-use crate::{Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX, ListPage, Object, ObjectMeta, Result};
+use crate::{
+    Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX, ListPage, Listed, Object, ObjectMeta, Result,
+};
 
 /// Number of lock files; a key's stripe is `fnv1a(key) % LOCK_STRIPES`.
 /// Fixed forever: every process sharing a folder must agree on it.
@@ -243,6 +245,47 @@ fn check_not_reserved(key: &str) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// What the committer asks of a path: whether it is a folder, and its size.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    dir: bool,
+    len: u64,
+}
+
+/// `statx` asking for the type and size only. Asking for a timestamp (as
+/// `fs::metadata` does) marks the inode's times as seen, and the kernel
+/// (multigrain timestamps, Linux 6.13+) then gives the inode's next change a
+/// fine-grained time, which also raises the coarse time every later change
+/// on the machine gets. Renaming a file just `stat`ed did that once per
+/// commit, so the journal's mtime changed at every append and each
+/// `fdatasync` wrote its inode as well: one more device write per commit
+/// (ADR 0029).
+fn shape_of(path: &Path) -> io::Result<Shape> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
+    // SAFETY: an all-zero `statx` is a valid value of this plain C struct.
+    let mut out: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `out` is valid for writes; both
+    // outlive the call.
+    let rc = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_STATX_SYNC_AS_STAT,
+            libc::STATX_TYPE | libc::STATX_SIZE,
+            &mut out,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Shape {
+        dir: u32::from(out.stx_mode) & libc::S_IFMT == libc::S_IFDIR,
+        len: out.stx_size,
+    })
 }
 
 /// Where a read runs, and so how long it may block.
@@ -461,7 +504,7 @@ impl FolderBucket {
                 files: adopted
                     .files
                     .into_iter()
-                    .map(|path| (path, Instant::now()))
+                    .map(|path| (path, Instant::now(), None))
                     .collect(),
                 grace: options.inode_reuse_grace.unwrap_or(INODE_REUSE_GRACE),
                 no_exchange: false,
@@ -676,9 +719,36 @@ impl Bucket for FolderBucket {
         let owned = prefix.to_owned();
         let after = start_after.map(str::to_owned);
         self.read(prefix, move |root, reader| {
-            list_page_with(root, &owned, after.as_deref(), reader)
+            list_page_with(root, &owned, after.as_deref(), reader, Detail::Full)
         })
         .await
+    }
+
+    /// Names and sizes from the folders and one `statx` per file (type and
+    /// size only, see `shape_of`): no object is read. The store's compaction
+    /// used to read and hash every record it then deleted, and the `fstat`
+    /// of each made the next journal append write its inode as well.
+    async fn list_keys(&self, prefix: &str) -> Result<Vec<Listed>> {
+        validate_prefix(prefix)?;
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let owned = prefix.to_owned();
+            let from = after.take();
+            let page = self
+                .read(prefix, move |root, reader| {
+                    list_page_with(root, &owned, from.as_deref(), reader, Detail::Size)
+                })
+                .await?;
+            all.extend(page.objects.into_iter().map(|meta| Listed {
+                key: meta.key,
+                size: meta.size,
+            }));
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 }
 
@@ -689,6 +759,16 @@ fn committer_bug(key: &str) -> Error {
     }
 }
 
+/// What a listing learns of each object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    /// Everything: each object is read for its etag.
+    Full,
+    /// Its key and size only (the etag is left empty and the time is the
+    /// epoch): for [`Bucket::list_keys`], which passes on neither.
+    Size,
+}
+
 /// Walks the folder in key order (a folder `d` sorts as `d/`), collecting
 /// keys under `prefix` after `start_after`, up to one page.
 fn list_page_with(
@@ -696,6 +776,7 @@ fn list_page_with(
     prefix: &str,
     start_after: Option<&str>,
     reader: Reader,
+    detail: Detail,
 ) -> Result<ListPage, ReadFailure> {
     // The deepest folder fully named by the prefix.
     let (dir_key, _) = prefix
@@ -715,6 +796,7 @@ fn list_page_with(
         out: &mut out,
         more: &mut more,
         reader,
+        detail,
     };
     walk.dir(&dir_key_slash)?;
     let next = if more {
@@ -732,6 +814,7 @@ struct Walk<'a> {
     out: &'a mut Vec<ObjectMeta>,
     more: &'a mut bool,
     reader: Reader,
+    detail: Detail,
 }
 
 impl Walk<'_> {
@@ -791,14 +874,28 @@ impl Walk<'_> {
             if self.reader == Reader::Inline && self.out.len() == INLINE_LIST_OBJECTS_MAX {
                 return Err(ReadFailure::WouldBlock);
             }
-            let Some(object) = read_object(self.root, &key, self.reader)? else {
+            let meta = match self.detail {
+                Detail::Full => read_object(self.root, &key, self.reader)?.map(|o| o.meta),
+                Detail::Size => match shape_of(&self.root.join(&key)) {
+                    Ok(shape) if shape.dir => None,
+                    Ok(shape) => Some(ObjectMeta {
+                        key,
+                        etag: Etag(String::new()),
+                        last_modified: SystemTime::UNIX_EPOCH,
+                        size: shape.len,
+                    }),
+                    Err(e) if is_missing(&e) => None,
+                    Err(e) => return Err(io_unavailable(&key, "stat", &e).into()),
+                },
+            };
+            let Some(meta) = meta else {
                 continue;
             };
             if self.out.len() == LIST_PAGE_OBJECTS_MAX {
                 *self.more = true;
                 return Ok(false);
             }
-            self.out.push(object.meta);
+            self.out.push(meta);
         }
         Ok(true)
     }
@@ -823,9 +920,10 @@ struct Committer {
 }
 
 /// Files (under `.tmp/`) whose inodes the committer reuses for new
-/// temporary files, oldest first, with the time each left its key.
+/// temporary files, oldest first, with the time each left its key and its
+/// size (`None`: not known, for files adopted from a gone process).
 struct InodePool {
-    files: VecDeque<(PathBuf, Instant)>,
+    files: VecDeque<(PathBuf, Instant, Option<u64>)>,
     /// [`INODE_REUSE_GRACE`] (tests shorten it).
     grace: Duration,
     /// `renameat2(RENAME_EXCHANGE)` failed as unsupported on this file
@@ -839,25 +937,34 @@ impl InodePool {
         self.files.len() < INODE_POOL_FILES_MAX && len <= INODE_POOL_FILE_BYTES_MAX
     }
 
-    fn keep(&mut self, path: PathBuf) {
-        self.files.push_back((path, Instant::now()));
+    fn keep(&mut self, path: PathBuf, len: u64) {
+        self.files.push_back((path, Instant::now(), Some(len)));
     }
 
     /// The oldest kept file that left its key at least the grace ago,
     /// opened for writing (not emptied: the writer overwrites it from the
     /// start, then cuts it to length). A file another process removed
     /// meanwhile (stale temporary files are removed at open) is skipped.
-    fn take(&mut self) -> Option<(PathBuf, File)> {
-        while let Some((_, since)) = self.files.front() {
+    fn take(&mut self) -> Option<(PathBuf, File, Option<u64>)> {
+        while let Some((_, since, _)) = self.files.front() {
             if since.elapsed() < self.grace {
                 return None;
             }
-            let (path, _) = self.files.pop_front().expect("front exists");
+            let (path, _, len) = self.files.pop_front().expect("front exists");
             if let Ok(file) = OpenOptions::new().write(true).open(&path) {
-                return Some((path, file));
+                return Some((path, file, len));
             }
         }
         None
+    }
+}
+
+/// The error of a rename into place at `key`.
+fn rename_error(key: &str, e: &io::Error) -> Error {
+    if e.kind() == io::ErrorKind::IsADirectory || e.raw_os_error() == Some(libc::ENOTDIR) {
+        prefix_collision(key)
+    } else {
+        io_unavailable(key, "rename into place", e)
     }
 }
 
@@ -1092,7 +1199,7 @@ impl Committer {
         if let Some(state) = overlay.get(key) {
             return Ok(state.clone());
         }
-        if self.root.join(key).is_dir() {
+        if shape_of(&self.root.join(key)).is_ok_and(|shape| shape.dir) {
             return Err(prefix_collision(key));
         }
         Ok(read_object(&self.root, key, Reader::Blocking)
@@ -1107,9 +1214,9 @@ impl Committer {
         if let Some(state) = overlay.get(key) {
             return Ok(state.as_ref().map(|(_, len)| *len));
         }
-        match fs::metadata(self.root.join(key)) {
-            Ok(m) if m.is_dir() => Err(prefix_collision(key)),
-            Ok(m) => Ok(Some(m.len())),
+        match shape_of(&self.root.join(key)) {
+            Ok(shape) if shape.dir => Err(prefix_collision(key)),
+            Ok(shape) => Ok(Some(shape.len)),
             Err(e) if is_missing(&e) => Ok(None),
             Err(e) => Err(io_unavailable(key, "stat", &e)),
         }
@@ -1125,7 +1232,7 @@ impl Committer {
         {
             match exchange(temp, target) {
                 Ok(()) => {
-                    self.pool.keep(temp.to_path_buf());
+                    self.pool.keep(temp.to_path_buf(), len);
                     return Ok(());
                 }
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
@@ -1145,7 +1252,7 @@ impl Committer {
         if self.pool.wants(len) {
             let slot = self.next_temp_path();
             fs::rename(target, &slot)?;
-            self.pool.keep(slot);
+            self.pool.keep(slot, len);
             return Ok(());
         }
         fs::remove_file(target)
@@ -1159,7 +1266,7 @@ impl Committer {
     }
 
     fn write_temp(&mut self, key: &str, bytes: &[u8], etag: Etag) -> Result<(PathBuf, ObjectMeta)> {
-        let (temp, mut file) = match self.pool.take() {
+        let (temp, mut file, old_len) = match self.pool.take() {
             Some(reused) => reused,
             None => {
                 let temp = self.next_temp_path();
@@ -1168,30 +1275,30 @@ impl Committer {
                     .create_new(true)
                     .open(&temp)
                     .map_err(|e| io_unavailable(key, "create temp file", &e))?;
-                (temp, file)
+                (temp, file, Some(0))
             }
         };
         // A reused file is overwritten from its start and cut to the new
         // length afterwards: its blocks are reused too, and ext4 starts
         // writing back at once any file truncated to zero and rewritten
         // (`auto_da_alloc`), which would add a device write per object.
+        // No `fstat`: its size is known, and asking for its times would
+        // make every later timestamp fine-grained (see `shape_of`).
         let len = bytes.len() as u64;
-        let written = file.write_all(bytes).and_then(|()| {
-            let metadata = file.metadata()?;
-            if metadata.len() > len {
-                file.set_len(len)?;
-                return file.metadata();
-            }
-            Ok(metadata)
+        let written = file.write_all(bytes).and_then(|()| match old_len {
+            Some(old) if old <= len => Ok(()),
+            _ => file.set_len(len),
         });
         match written {
-            Ok(metadata) => Ok((
+            // The time the write returned, as the S3 backend gives: a later
+            // read reports the file's mtime, which is no later than this.
+            Ok(()) => Ok((
                 temp,
                 ObjectMeta {
                     key: key.to_owned(),
                     etag,
-                    last_modified: metadata.modified().unwrap_or_else(|_| SystemTime::now()),
-                    size: bytes.len() as u64,
+                    last_modified: SystemTime::now(),
+                    size: len,
                 },
             )),
             Err(e) => {
@@ -1418,17 +1525,17 @@ impl Committer {
                     } else {
                         &mut touched_dirs
                     };
-                    let moved = self.create_parents(&target, dirs).and_then(|()| {
-                        self.place(&temp, &target, replaces).map_err(|e| {
-                            if e.kind() == io::ErrorKind::IsADirectory
-                                || e.raw_os_error() == Some(libc::ENOTDIR)
-                            {
-                                prefix_collision(key)
-                            } else {
-                                io_unavailable(key, "rename into place", &e)
-                            }
-                        })
-                    });
+                    // Most keys' folders exist: their parents are made (and
+                    // looked at) only when the rename finds none.
+                    let moved = match self.place(&temp, &target, replaces) {
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                            self.create_parents(&target, dirs).and_then(|()| {
+                                self.place(&temp, &target, replaces)
+                                    .map_err(|e| rename_error(key, &e))
+                            })
+                        }
+                        placed => placed.map_err(|e| rename_error(key, &e)),
+                    };
                     if moved.is_err() {
                         let _ = fs::remove_file(&temp);
                     }
@@ -1523,8 +1630,8 @@ impl Committer {
         let mut missing = Vec::new();
         let mut dir = parent;
         while dir != self.root.as_path() {
-            match fs::metadata(dir) {
-                Ok(m) if m.is_dir() => break,
+            match shape_of(dir) {
+                Ok(shape) if shape.dir => break,
                 Ok(_) => return Err(prefix_collision(&key)),
                 Err(e) if is_missing(&e) => missing.push(dir),
                 Err(e) => return Err(io_unavailable(&key, "stat folder", &e)),
@@ -1537,7 +1644,9 @@ impl Committer {
         for dir in missing.into_iter().rev() {
             match fs::create_dir(dir) {
                 Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+                Err(e)
+                    if e.kind() == io::ErrorKind::AlreadyExists
+                        && shape_of(dir).is_ok_and(|shape| shape.dir) => {}
                 Err(e)
                     if e.kind() == io::ErrorKind::AlreadyExists
                         || e.raw_os_error() == Some(libc::ENOTDIR) =>
@@ -1803,13 +1912,15 @@ mod tests {
         for i in 0..=INLINE_LIST_OBJECTS_MAX {
             fs::write(dir.path().join(format!("many/{i}")), b"x").expect("written");
         }
-        let few = list_page_with(dir.path(), "few/", None, Reader::Inline).expect("inline");
+        let few =
+            list_page_with(dir.path(), "few/", None, Reader::Inline, Detail::Full).expect("inline");
         assert_eq!(few.objects.len(), INLINE_LIST_OBJECTS_MAX);
         assert!(matches!(
-            list_page_with(dir.path(), "many/", None, Reader::Inline),
+            list_page_with(dir.path(), "many/", None, Reader::Inline, Detail::Full),
             Err(ReadFailure::WouldBlock)
         ));
-        let many = list_page_with(dir.path(), "many/", None, Reader::Blocking).expect("listed");
+        let many = list_page_with(dir.path(), "many/", None, Reader::Blocking, Detail::Full)
+            .expect("listed");
         assert_eq!(many.objects.len(), INLINE_LIST_OBJECTS_MAX + 1);
     }
 }

@@ -72,6 +72,13 @@ pub struct Object {
     pub meta: ObjectMeta,
 }
 
+/// A key a listing found, with its size: what [`Bucket::list_keys`] gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub key: String,
+    pub size: u64,
+}
+
 /// One page of a listing; pass `next` back to get the following page.
 #[derive(Debug, Clone, Default)]
 pub struct ListPage {
@@ -160,6 +167,23 @@ pub trait Bucket: Send + Sync + fmt::Debug + 'static {
     /// Lists keys starting with `prefix` in lexicographic order, one page at a
     /// time, starting after `start_after` when given.
     async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage>;
+
+    /// Lists every key under `prefix` with its size (all pages), for
+    /// callers that need neither etags nor times. The folder bucket gives it
+    /// without reading each object (its etags hash the bodies) or asking for
+    /// its times; other backends list as [`Bucket::list`] does. Wrappers
+    /// must forward it.
+    async fn list_keys(&self, prefix: &str) -> Result<Vec<Listed>> {
+        Ok(self
+            .list(prefix)
+            .await?
+            .into_iter()
+            .map(|meta| Listed {
+                key: meta.key,
+                size: meta.size,
+            })
+            .collect())
+    }
 
     /// Lists every key under `prefix` (all pages).
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {

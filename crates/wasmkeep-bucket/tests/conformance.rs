@@ -237,6 +237,22 @@ mod cases {
             listed == expected,
             "listed {listed:?}\nexpected {expected:?}"
         );
+        // Keys and sizes only: the same keys, each with its body's length.
+        let keyed: Vec<(String, u64)> = f
+            .bucket
+            .list_keys(&f.key("in/"))
+            .await?
+            .into_iter()
+            .map(|l| (l.key, l.size))
+            .collect();
+        let expected_keyed: Vec<(String, u64)> = expected
+            .iter()
+            .map(|k| (k.clone(), (k.len() - f.key("in/").len()) as u64))
+            .collect();
+        ensure!(
+            keyed == expected_keyed,
+            "list_keys {keyed:?}\nexpected {expected_keyed:?}"
+        );
         let partial: Vec<String> = f
             .bucket
             .list(&f.key("in/a"))
@@ -311,6 +327,14 @@ mod cases {
             .collect();
         let expected: Vec<String> = (0..count).map(|i| f.key(&format!("many/{i:05}"))).collect();
         ensure!(all == expected);
+        let keys: Vec<String> = f
+            .bucket
+            .list_keys(&f.key("many/"))
+            .await?
+            .into_iter()
+            .map(|l| l.key)
+            .collect();
+        ensure!(keys == expected, "list_keys gave {} keys", keys.len());
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use wasmkeep_bucket::{Bucket, Error, Etag, ListPage, Object, ObjectMeta, Result};
+use wasmkeep_bucket::{Bucket, Error, Etag, ListPage, Listed, Object, ObjectMeta, Result};
 
 use crate::metrics::Metrics;
 
@@ -80,5 +80,8 @@ impl Bucket for CountingBucket {
     }
     async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
         counted!(self, "list_page", self.inner.list_page(prefix, start_after))
+    }
+    async fn list_keys(&self, prefix: &str) -> Result<Vec<Listed>> {
+        counted!(self, "list_keys", self.inner.list_keys(prefix))
     }
 }

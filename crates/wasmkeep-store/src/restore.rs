@@ -85,24 +85,24 @@ async fn plan(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> Result<Plan,
     // Both listings at once: the snapshot is chosen first, but a record
     // listed before a newer snapshot is merely skipped (seq <= base).
     let (snaps, logs) = futures::join!(
-        read(|| bucket.list(&snap_prefix)),
-        read(|| bucket.list(&log_prefix))
+        read(|| bucket.list_keys(&snap_prefix)),
+        read(|| bucket.list_keys(&log_prefix))
     );
     let snaps = snaps.map_err(Error::from)?;
     let logs = logs.map_err(Error::from)?;
     let mut snapshot = None;
-    for meta in snaps {
-        let seq = parse_seq(&meta.key)?;
+    for listed in snaps {
+        let seq = parse_seq(&listed.key)?;
         if snapshot.as_ref().is_none_or(|(s, _)| seq > *s) {
-            snapshot = Some((seq, meta.key));
+            snapshot = Some((seq, listed.key));
         }
     }
     let base = snapshot.as_ref().map_or(0, |(s, _)| *s);
     let mut log = Vec::new();
-    for meta in logs {
-        let seq = parse_seq(&meta.key)?;
+    for listed in logs {
+        let seq = parse_seq(&listed.key)?;
         if seq > base {
-            log.push((seq, meta.key, meta.size));
+            log.push((seq, listed.key, listed.size));
         }
     }
     log.sort_by_key(|(s, ..)| *s);

@@ -1158,20 +1158,20 @@ async fn compact(shared: &Shared, seq: u64) -> Result<()> {
     use futures::StreamExt as _;
     let bucket = &*shared.bucket;
     let mut covered = Vec::new();
-    for meta in bucket
-        .list(&shared.keys.actor_log_prefix(&shared.actor))
+    for listed in bucket
+        .list_keys(&shared.keys.actor_log_prefix(&shared.actor))
         .await?
     {
-        if Keys::parse_seq(&meta.key).is_ok_and(|s| s <= seq) {
-            covered.push(meta.key);
+        if Keys::parse_seq(&listed.key).is_ok_and(|s| s <= seq) {
+            covered.push(listed.key);
         }
     }
-    for meta in bucket
-        .list(&shared.keys.actor_snapshot_prefix(&shared.actor))
+    for listed in bucket
+        .list_keys(&shared.keys.actor_snapshot_prefix(&shared.actor))
         .await?
     {
-        if Keys::parse_seq(&meta.key).is_ok_and(|s| s < seq) {
-            covered.push(meta.key);
+        if Keys::parse_seq(&listed.key).is_ok_and(|s| s < seq) {
+            covered.push(listed.key);
         }
     }
     let deletes: Vec<_> = covered
