@@ -95,6 +95,11 @@ struct FlushState {
     next_seq: u64,
     closed: bool,
     failure: Option<Failure>,
+    /// The flusher lingers until the one queued record holds this many
+    /// events (or its deadline passes): a commit that leaves the record
+    /// short of it does not wake the flusher, which would only look and
+    /// wait again (once per event of the group).
+    lingering_for: Option<u32>,
 }
 
 struct Shared {
@@ -351,6 +356,7 @@ impl ActorStore {
                 next_seq: restored.last_seq + 1,
                 closed: false,
                 failure: None,
+                lingering_for: None,
             }),
             config,
             wake: Notify::new(),
@@ -611,8 +617,10 @@ impl ActorStore {
         }
         self.file.lock().accept_changes();
         self.committed_alarm = self.event_alarm;
-        let target = self.enqueue(changes, text);
-        self.shared.wake.notify_one();
+        let (target, wake) = self.enqueue(changes, text);
+        if wake {
+            self.shared.wake.notify_one();
+        }
         Ok(OutputGate::waiting(&self.shared, target))
     }
 
@@ -676,8 +684,10 @@ impl ActorStore {
         }
     }
 
-    /// Puts an event's changes into the newest queued record, or a new one.
-    fn enqueue(&mut self, changes: Changes, text: usize) -> u64 {
+    /// Puts an event's changes into the newest queued record, or a new one:
+    /// returns the record's sequence number and whether the flusher needs
+    /// waking (not while it lingers for more events than the record holds).
+    fn enqueue(&mut self, changes: Changes, text: usize) -> (u64, bool) {
         let limit = self.shared.config.record_bytes_max;
         let mut st = self.shared.state.lock();
         let fits = st.queue.back().is_some_and(|back| {
@@ -724,7 +734,12 @@ impl ActorStore {
         for (i, page) in changes.pages {
             back.pages.insert(i, page);
         }
-        back.seq
+        let (seq, events) = (back.seq, back.events);
+        let wake = match st.lingering_for {
+            Some(expected) => st.queue.len() > 1 || events >= expected,
+            None => true,
+        };
+        (seq, wake)
     }
 
     /// Takes back an event that SQLite committed but the store refuses:
@@ -863,6 +878,11 @@ async fn write_records(
                         && tokio::time::Instant::now() < until
                 }
                 _ => false,
+            };
+            st.lingering_for = if waiting_for_more {
+                linger.map(|(expected, _)| expected)
+            } else {
+                None
             };
             if waiting_for_more {
                 Next::Linger(linger.map_or_else(tokio::time::Instant::now, |(_, until)| until))

@@ -179,9 +179,14 @@ async fn the_next_record_lingers_for_the_writers_the_last_one_released() {
     // Writer 0 got its answer and sends its next event at once: it joins the
     // seven in the next record instead of starting a record of its own after.
     waiting.push(event(&mut s, &["INSERT INTO t VALUES (8)"]));
+    let complete = tokio::time::Instant::now();
     for gate in waiting {
         gate.await.unwrap();
     }
+    // The event that completed the group woke the flusher: the record went
+    // out at once (one bucket request, 1 ms), not at the linger's deadline
+    // (0.5 ms later). Virtual time: this is the flusher's logic, not speed.
+    assert_eq!(complete.elapsed(), Duration::from_millis(1));
     assert_eq!(
         bucket.keys_under(&log_prefix).len() - records_before,
         2,
