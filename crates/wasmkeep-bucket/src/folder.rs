@@ -1750,9 +1750,18 @@ pub(crate) struct SyncPool {
 }
 
 struct SyncJob {
-    path: PathBuf,
+    target: SyncTarget,
     data_only: bool,
     done: std::sync::mpsc::Sender<io::Result<()>>,
+}
+
+/// What a sync thread syncs.
+enum SyncTarget {
+    /// A file or folder, opened for the sync.
+    Path(PathBuf),
+    /// A file already open (the journal: no path lookup and open on the
+    /// way to every commit's flush).
+    Open(Arc<File>),
 }
 
 /// `fdatasync` (`data_only`) or `fsync` of the file at `path`.
@@ -1777,7 +1786,12 @@ impl SyncPool {
                     loop {
                         let job = receiver.lock().recv();
                         let Ok(job) = job else { return };
-                        let _ = job.done.send(sync_path(&job.path, job.data_only));
+                        let synced = match &job.target {
+                            SyncTarget::Path(path) => sync_path(path, job.data_only),
+                            SyncTarget::Open(file) if job.data_only => file.sync_data(),
+                            SyncTarget::Open(file) => file.sync_all(),
+                        };
+                        let _ = job.done.send(synced);
                     }
                 })?;
         }
@@ -1791,8 +1805,27 @@ impl SyncPool {
         data_only: bool,
         done: &std::sync::mpsc::Sender<io::Result<()>>,
     ) -> io::Result<()> {
+        self.send(SyncTarget::Path(path.to_path_buf()), data_only, done)
+    }
+
+    /// [`SyncPool::submit`] for a file that is already open.
+    pub(crate) fn submit_open(
+        &self,
+        file: &Arc<File>,
+        data_only: bool,
+        done: &std::sync::mpsc::Sender<io::Result<()>>,
+    ) -> io::Result<()> {
+        self.send(SyncTarget::Open(Arc::clone(file)), data_only, done)
+    }
+
+    fn send(
+        &self,
+        target: SyncTarget,
+        data_only: bool,
+        done: &std::sync::mpsc::Sender<io::Result<()>>,
+    ) -> io::Result<()> {
         let job = SyncJob {
-            path: path.to_path_buf(),
+            target,
             data_only,
             done: done.clone(),
         };

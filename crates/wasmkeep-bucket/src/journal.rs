@@ -304,7 +304,8 @@ impl Shared {
 pub(crate) struct Journal {
     shared: Arc<Shared>,
     path: PathBuf,
-    file: File,
+    /// Shared with the sync thread that flushes it.
+    file: Arc<File>,
     /// The descriptor of `.wal/epoch` for the shared lock of batches.
     epoch_shared: File,
     regions: [Region; 2],
@@ -388,7 +389,7 @@ impl Journal {
         Ok(Journal {
             shared,
             path,
-            file,
+            file: Arc::new(file),
             epoch_shared,
             regions: [Region {
                 offset: 0,
@@ -467,7 +468,7 @@ impl Journal {
             }
         };
         let (done, flushed) = std::sync::mpsc::channel();
-        let asked = self.sync_pool.submit(&self.path, true, &done).is_ok();
+        let asked = self.sync_pool.submit_open(&self.file, true, &done).is_ok();
         drop(done);
         while_flushing();
         let result = if asked {
