@@ -3,7 +3,9 @@
 # run by run (this machine's speed drifts by a third over an hour, so only
 # runs close in time compare). For each run: requests per second, the
 # server's CPU time per request (from /proc/PID/stat) and the storage
-# device's writes and flushes per request (from /sys/block/DEV/stat).
+# device's writes, KiB written and flushes per request (from
+# /sys/block/DEV/stat; this VM's disk tops out near 120 MB/s, which bounds
+# S2 and S3).
 #
 # Usage: bench/compare-builds.sh BIN [BIN ...]
 #   SCENARIOS   "s3 s2 s1c16" (default), any of: s1c1 s1c16 s1c64 s2 s3
@@ -75,7 +77,8 @@ cpu_us = (float(c1) - float(c0)) / float(hz) * 1e6 / n
 a, b = [list(map(int, x.split())) for x in (d0, d1)]
 writes = (b[4] - a[4]) / n
 flushes = (b[15] - a[15]) / n if len(a) > 15 else 0.0
-print(f"{label:<40} {rate:>9.0f} req/s  {cpu_us:>7.1f} us CPU/req  {writes:.2f} writes/req  {flushes:.3f} flushes/req")
+kib = (b[6] - a[6]) / 2 / n  # sectors of 512 bytes
+print(f"{label:<40} {rate:>9.0f} req/s  {cpu_us:>7.1f} us CPU/req  {writes:.2f} writes/req  {kib:5.1f} KiB/req  {flushes:.3f} flushes/req")
 PY
 }
 
