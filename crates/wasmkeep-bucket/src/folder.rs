@@ -247,6 +247,13 @@ fn check_not_reserved(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// `path` for a system call.
+fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt as _;
+    std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
+}
+
 /// What the committer asks of a path: whether it is a folder, and its size.
 #[derive(Debug, Clone, Copy)]
 struct Shape {
@@ -263,9 +270,7 @@ struct Shape {
 /// `fdatasync` wrote its inode as well: one more device write per commit
 /// (ADR 0029).
 fn shape_of(path: &Path) -> io::Result<Shape> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
+    let path = c_path(path)?;
     // SAFETY: an all-zero `statx` is a valid value of this plain C struct.
     let mut out: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is NUL-terminated and `out` is valid for writes; both
@@ -970,12 +975,7 @@ fn rename_error(key: &str, e: &io::Error) -> Error {
 
 /// Swaps two paths atomically (`renameat2` with `RENAME_EXCHANGE`).
 fn exchange(a: &Path, b: &Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let c = |p: &Path| {
-        std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
-    };
-    let (a, b) = (c(a)?, c(b)?);
+    let (a, b) = (c_path(a)?, c_path(b)?);
     // SAFETY: two valid NUL-terminated paths that live across the call.
     let rc = unsafe {
         libc::renameat2(
