@@ -870,28 +870,27 @@ async fn write_records(
             if st.failure.is_some() {
                 return;
             }
-            let waiting_for_more = match (st.queue.front(), linger) {
-                (Some(front), Some((expected, until))) => {
-                    !st.closed
+            // The linger still on: the one queued record is short of the
+            // events expected and the deadline has not passed.
+            let lingering = match (st.queue.front(), linger) {
+                (Some(front), Some((expected, until)))
+                    if !st.closed
                         && st.queue.len() == 1
                         && front.events < expected
-                        && tokio::time::Instant::now() < until
+                        && tokio::time::Instant::now() < until =>
+                {
+                    Some((expected, until))
                 }
-                _ => false,
+                _ => None,
             };
-            st.lingering_for = if waiting_for_more {
-                linger.map(|(expected, _)| expected)
-            } else {
-                None
-            };
-            if waiting_for_more {
-                Next::Linger(linger.map_or_else(tokio::time::Instant::now, |(_, until)| until))
-            } else {
-                match st.queue.pop_front() {
+            st.lingering_for = lingering.map(|(expected, _)| expected);
+            match lingering {
+                Some((_, until)) => Next::Linger(until),
+                None => match st.queue.pop_front() {
                     Some(p) => Next::Write(p),
                     None if st.closed => return,
                     None => Next::Idle,
-                }
+                },
             }
         };
         let rec = match next {
