@@ -8,7 +8,10 @@
 # S2 and S3).
 #
 # Usage: bench/compare-builds.sh BIN [BIN ...]
-#   SCENARIOS   "s3 s2 s1c16" (default), any of: s1c1 s1c16 s1c64 s2 s3
+#   SCENARIOS   "s3 s2 s1c16" (default), any of: s1c1 s1c16 s1c64 s2 s3 s3long
+#               (s3long: S3 on one server for LONG_PARTS runs of SECS back to
+#               back, default 7; with SECS=10 its actors reach their first
+#               snapshot, 256 records, about half-way, and compaction starts)
 #   ROUNDS      alternations (default 2)
 #   SECS        seconds per run (default 8)
 #   DATA        folder for the buckets (default: a temporary folder in
@@ -40,8 +43,10 @@ DEV="${DEV:-$(basename "$SOURCE")}"
 PORT=$((20000 + RANDOM % 20000))
 
 PID=""
+RUN=0
 cleanup() {
   if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+  rm -rf "$DATA"/done-*
   if [ -n "$OWN_DATA" ]; then rm -rf "$OWN_DATA"; fi
 }
 trap cleanup EXIT
@@ -101,15 +106,32 @@ run() {   # run SCENARIO BIN
       node "$ACTORS" touch --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 --conc 64 > /dev/null
       measure "$label" -c 64 -m POST --urls-from-file "$dir.urls"
       ;;
+    s3long)
+      node "$ACTORS" urls --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 > "$dir.urls"
+      node "$ACTORS" touch --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 --conc 64 > /dev/null
+      for part in $(seq "${LONG_PARTS:-7}"); do
+        measure "$label $((part * SECS))s" -c 64 -m POST --urls-from-file "$dir.urls"
+      done
+      ;;
     *) echo "unknown scenario $scenario" >&2; exit 1 ;;
   esac
   stop
-  rm -rf "$dir" "$dir.urls"
+  # Kept until the end: on ext4 without a journal, every file created in the
+  # minutes after a large delete scans past the freed inodes (ADR 0027),
+  # which would slow the runs that follow a deleted one.
+  mv "$dir" "$DATA/done-$RUN"; rm -f "$dir.urls"; RUN=$((RUN + 1))
 }
 
+# Odd rounds run the builds in the order given, even rounds in reverse: on
+# the disk the first run of a pair tends to find it faster (the other's
+# writeback is still draining), which would otherwise favour one build.
+BINS=("$@")
 for round in $(seq "$ROUNDS"); do
   for scenario in $SCENARIOS; do
-    for bin in "$@"; do
+    if (( round % 2 == 1 )); then order=("${BINS[@]}"); else
+      order=(); for (( i=${#BINS[@]}-1; i>=0; i-- )); do order+=("${BINS[$i]}"); done
+    fi
+    for bin in "${order[@]}"; do
       run "$scenario" "$bin"
     done
   done
