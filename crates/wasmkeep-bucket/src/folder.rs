@@ -42,7 +42,8 @@
 //! Inode reuse (ADR 0027). A file that leaves its key (replaced: swapped out
 //! with `renameat2(RENAME_EXCHANGE)`; deleted: renamed into `.tmp/`) is kept,
 //! up to [`INODE_POOL_FILES_MAX`] files of at most
-//! [`INODE_POOL_FILE_BYTES_MAX`], and rewritten as a later temporary file,
+//! [`INODE_POOL_FILE_BYTES_MAX`] and [`INODE_POOL_BYTES_MAX`] in all (ADR
+//! 0031), and rewritten as a later temporary file,
 //! no sooner than [`INODE_REUSE_GRACE`] after it left. On ext4 without a
 //! journal every new inode is chosen by scanning past the inodes freed in
 //! the last minutes, which cost up to a fifth of the server's CPU under
@@ -112,10 +113,16 @@ pub const INODE_REUSE_GRACE: Duration = Duration::from_secs(2);
 pub const READ_TIME_MAX: Duration = Duration::from_secs(1);
 /// Reads of one object tried before the read is called unavailable.
 const READ_ATTEMPTS_MAX: usize = 3;
-/// Most files one committer keeps for reuse; beyond, they are unlinked.
-pub const INODE_POOL_FILES_MAX: usize = 4096;
+/// Most files one committer keeps for reuse; beyond, they are unlinked. A
+/// file is reused only after [`INODE_REUSE_GRACE`], so sustained writes need
+/// about `rate x grace` files in the pool: 65,536 covers 32,000 writes/s.
+pub const INODE_POOL_FILES_MAX: usize = 65_536;
 /// Larger files are unlinked rather than kept (their blocks would be held).
 pub const INODE_POOL_FILE_BYTES_MAX: u64 = 64 << 10;
+/// Most disk the pool holds, sizes rounded up to [`POOL_BLOCK_BYTES`].
+pub const INODE_POOL_BYTES_MAX: u64 = 256 << 20;
+/// The block size the pool counts in (ext4's default).
+const POOL_BLOCK_BYTES: u64 = 4096;
 
 const LOCKS_DIR: &str = ".locks";
 pub(crate) const TEMP_DIR: &str = ".tmp";
@@ -490,6 +497,16 @@ impl FolderBucket {
             ),
             SyncMode::PerFile | SyncMode::Syncfs => None,
         };
+        let mut pool = InodePool::new(
+            root.join(TEMP_DIR),
+            temp_prefix.clone(),
+            options.inode_reuse_grace.unwrap_or(INODE_REUSE_GRACE),
+        );
+        // Adopted files wait out the grace like any other: a reader
+        // elsewhere may have opened one before its process died.
+        for path in adopted.files {
+            pool.keep(path, None);
+        }
         let root = Arc::new(root);
         let (queue, receiver) = mpsc::channel(COMMIT_QUEUE_WRITES_MAX);
         let committer = Committer {
@@ -503,17 +520,7 @@ impl FolderBucket {
             sync_pool,
             journal,
             adopted_locks: adopted.locks,
-            pool: InodePool {
-                // Adopted files wait out the grace like any other: a reader
-                // elsewhere may have opened one before its process died.
-                files: adopted
-                    .files
-                    .into_iter()
-                    .map(|path| (path, Instant::now(), None))
-                    .collect(),
-                grace: options.inode_reuse_grace.unwrap_or(INODE_REUSE_GRACE),
-                no_exchange: false,
-            },
+            pool,
         };
         std::thread::Builder::new()
             .name("wasmkeep-folder-commit".to_owned())
@@ -925,10 +932,16 @@ struct Committer {
 }
 
 /// Files (under `.tmp/`) whose inodes the committer reuses for new
-/// temporary files, oldest first, with the time each left its key and its
-/// size (`None`: not known, for files adopted from a gone process).
+/// temporary files, oldest first.
 struct InodePool {
-    files: VecDeque<(PathBuf, Instant, Option<u64>)>,
+    files: VecDeque<Spare>,
+    /// The disk `files` hold, each size rounded up to whole blocks.
+    bytes: u64,
+    /// `.tmp/` and this process's prefix there: its own files are kept by
+    /// number (`<prefix>.<n>`), not by path, so that a full pool costs
+    /// ~3 MiB of memory rather than ~9.
+    temp_dir: PathBuf,
+    prefix: String,
     /// [`INODE_REUSE_GRACE`] (tests shorten it).
     grace: Duration,
     /// `renameat2(RENAME_EXCHANGE)` failed as unsupported on this file
@@ -936,14 +949,71 @@ struct InodePool {
     no_exchange: bool,
 }
 
+/// A kept file: which, when it left its key, and its size (`None`: not
+/// known, for files adopted from a gone process).
+struct Spare {
+    name: SpareName,
+    since: Instant,
+    len: Option<u64>,
+}
+
+enum SpareName {
+    /// `.tmp/<prefix>.<n>`, this process's own.
+    Own(u64),
+    /// Adopted from a gone process, or named otherwise.
+    Other(Box<Path>),
+}
+
+/// The disk a file of `len` bytes holds, in whole blocks. A file adopted
+/// without its size counts one block: it was pooled under the same limits.
+fn held_bytes(len: Option<u64>) -> u64 {
+    len.map_or(POOL_BLOCK_BYTES, |len| {
+        len.div_ceil(POOL_BLOCK_BYTES) * POOL_BLOCK_BYTES
+    })
+}
+
 impl InodePool {
-    /// Whether a file of `len` bytes leaving its key is kept.
-    fn wants(&self, len: u64) -> bool {
-        self.files.len() < INODE_POOL_FILES_MAX && len <= INODE_POOL_FILE_BYTES_MAX
+    fn new(temp_dir: PathBuf, prefix: String, grace: Duration) -> Self {
+        InodePool {
+            files: VecDeque::new(),
+            bytes: 0,
+            temp_dir,
+            prefix,
+            grace,
+            no_exchange: false,
+        }
     }
 
-    fn keep(&mut self, path: PathBuf, len: u64) {
-        self.files.push_back((path, Instant::now(), Some(len)));
+    /// Whether a file of `len` bytes leaving its key is kept.
+    fn wants(&self, len: u64) -> bool {
+        self.files.len() < INODE_POOL_FILES_MAX
+            && len <= INODE_POOL_FILE_BYTES_MAX
+            && self.bytes + held_bytes(Some(len)) <= INODE_POOL_BYTES_MAX
+    }
+
+    fn keep(&mut self, path: PathBuf, len: Option<u64>) {
+        let own = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .and_then(|name| name.strip_prefix(self.prefix.as_str()))
+            .and_then(|rest| rest.strip_prefix('.'))
+            .and_then(|n| n.parse::<u64>().ok())
+            .filter(|_| path.parent() == Some(self.temp_dir.as_path()));
+        let name = match own {
+            Some(n) => SpareName::Own(n),
+            None => SpareName::Other(path.into_boxed_path()),
+        };
+        self.bytes += held_bytes(len);
+        self.files.push_back(Spare {
+            name,
+            since: Instant::now(),
+            len,
+        });
+    }
+
+    /// The path of this process's `n`th temporary file.
+    fn own_path(&self, n: u64) -> PathBuf {
+        self.temp_dir.join(format!("{}.{n}", self.prefix))
     }
 
     /// The oldest kept file that left its key at least the grace ago,
@@ -951,13 +1021,18 @@ impl InodePool {
     /// start, then cuts it to length). A file another process removed
     /// meanwhile (stale temporary files are removed at open) is skipped.
     fn take(&mut self) -> Option<(PathBuf, File, Option<u64>)> {
-        while let Some((_, since, _)) = self.files.front() {
-            if since.elapsed() < self.grace {
+        while let Some(spare) = self.files.front() {
+            if spare.since.elapsed() < self.grace {
                 return None;
             }
-            let (path, _, len) = self.files.pop_front().expect("front exists");
+            let spare = self.files.pop_front().expect("front exists");
+            self.bytes -= held_bytes(spare.len);
+            let path = match spare.name {
+                SpareName::Own(n) => self.own_path(n),
+                SpareName::Other(path) => path.into_path_buf(),
+            };
             if let Ok(file) = OpenOptions::new().write(true).open(&path) {
-                return Some((path, file, len));
+                return Some((path, file, spare.len));
             }
         }
         None
@@ -1232,7 +1307,7 @@ impl Committer {
         {
             match exchange(temp, target) {
                 Ok(()) => {
-                    self.pool.keep(temp.to_path_buf(), len);
+                    self.pool.keep(temp.to_path_buf(), Some(len));
                     return Ok(());
                 }
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
@@ -1252,7 +1327,7 @@ impl Committer {
         if self.pool.wants(len) {
             let slot = self.next_temp_path();
             fs::rename(target, &slot)?;
-            self.pool.keep(slot, len);
+            self.pool.keep(slot, Some(len));
             return Ok(());
         }
         fs::remove_file(target)
@@ -1863,6 +1938,47 @@ impl SyncPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pool keeps files up to its byte limit (sizes in whole blocks) and
+    /// file limit, remembers its own files by number, and gives each back
+    /// at the path it was kept under.
+    #[test]
+    fn the_inode_pool_counts_whole_blocks_and_returns_files_where_they_are() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let temp_dir = dir.path().to_path_buf();
+        let mut pool = InodePool::new(temp_dir.clone(), "7.abc".to_owned(), Duration::ZERO);
+        assert_eq!(held_bytes(Some(0)), 0);
+        assert_eq!(held_bytes(Some(1)), POOL_BLOCK_BYTES);
+        assert_eq!(held_bytes(Some(POOL_BLOCK_BYTES + 1)), 2 * POOL_BLOCK_BYTES);
+        assert_eq!(held_bytes(None), POOL_BLOCK_BYTES);
+
+        let own = temp_dir.join("7.abc.12");
+        let other = temp_dir.join("9.def.3");
+        for path in [&own, &other] {
+            fs::write(path, b"x").expect("written");
+        }
+        pool.keep(own.clone(), Some(5000));
+        pool.keep(other.clone(), None);
+        assert!(matches!(pool.files[0].name, SpareName::Own(12)));
+        assert!(matches!(pool.files[1].name, SpareName::Other(_)));
+        assert_eq!(pool.bytes, 3 * POOL_BLOCK_BYTES);
+
+        pool.bytes = INODE_POOL_BYTES_MAX - POOL_BLOCK_BYTES;
+        assert!(pool.wants(POOL_BLOCK_BYTES));
+        assert!(!pool.wants(POOL_BLOCK_BYTES + 1), "over the byte limit");
+        assert!(
+            !pool.wants(INODE_POOL_FILE_BYTES_MAX + 1),
+            "over the file size limit"
+        );
+        pool.bytes = 3 * POOL_BLOCK_BYTES;
+
+        let (path, _, len) = pool.take().expect("the first kept file");
+        assert_eq!((path, len), (own, Some(5000)));
+        let (path, _, len) = pool.take().expect("the second kept file");
+        assert_eq!((path, len), (other, None));
+        assert_eq!(pool.bytes, 0);
+        assert!(pool.take().is_none());
+    }
 
     /// A read slower than the limit is done again, and one that stays slow
     /// is an error naming the key, never possibly torn bytes; within the
