@@ -207,6 +207,9 @@ pub struct ActorStore {
     bytes_since_snapshot: u64,
     /// Set when this side (not the flusher) made the store unusable.
     local_failure: Option<String>,
+    /// The snapshot writer, which ends last: after the flusher, with the
+    /// compaction it was doing finished (see [`ActorStore::close`]).
+    background: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for ActorStore {
@@ -363,7 +366,7 @@ impl ActorStore {
             progress,
         });
         let slot = Arc::new(SnapshotSlot::default());
-        tokio::spawn(snapshot_writer(Arc::clone(&shared), Arc::clone(&slot)));
+        let background = tokio::spawn(snapshot_writer(Arc::clone(&shared), Arc::clone(&slot)));
         tokio::spawn(flusher(Arc::clone(&shared), alarm, slot));
         Ok(Self {
             conn: Some(conn),
@@ -379,7 +382,20 @@ impl ActorStore {
             records_since_snapshot: restored.records_since_snapshot,
             bytes_since_snapshot: restored.bytes_since_snapshot,
             local_failure: None,
+            background: Some(background),
         })
+    }
+
+    /// Closes the store, as dropping it does, and waits until its work in
+    /// the background is done: the queued records written, the last
+    /// snapshot written and what it covers deleted.
+    pub async fn close(mut self) {
+        let background = self.background.take();
+        drop(self);
+        if let Some(background) = background {
+            // A panic there was logged by the runtime; nothing to add.
+            let _ = background.await;
+        }
     }
 
     /// True when the actor has any data in the bucket.
@@ -1132,7 +1148,7 @@ async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>) {
         shared.progress.send_modify(|p| p.snapshots_pending -= 1);
         match written {
             Ok(()) => {
-                if let Err(e) = compact(&shared, snap.seq).await {
+                if let Err(e) = compact(&shared, &slot, snap.seq).await {
                     tracing::warn!(actor = %shared.actor, seq = snap.seq, error = %e, "compaction after a snapshot failed; the next one retries");
                 }
             }
@@ -1171,44 +1187,98 @@ async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
     Ok(())
 }
 
-/// Deletes the records and snapshots a durable snapshot at `seq` covers,
-/// [`COMPACTION_DELETES_IN_FLIGHT`] at a time. A restore racing it lists again.
-async fn compact(shared: &Shared, seq: u64) -> Result<()> {
-    use futures::StreamExt as _;
+/// Deletes the records and snapshots a durable snapshot at `seq` covers.
+/// Older snapshots go at once; log records one for each record this actor
+/// writes meanwhile, the rest at once when a newer snapshot waits, the store
+/// closes, or the actor writes nothing for [`COMPACTION_IDLE`]. Paced, a
+/// node's deletes follow its writes: many actors that reach their snapshot
+/// together (a uniform load) would otherwise delete a quarter of a million
+/// files within seconds, more than the folder bucket keeps for reuse, and
+/// every file created in the next minutes on ext4 without a journal scans
+/// past the inodes freed (ADR 0027). A restore racing it lists again.
+async fn compact(shared: &Shared, slot: &SnapshotSlot, seq: u64) -> Result<()> {
     let bucket = &*shared.bucket;
-    let mut covered = Vec::new();
-    for listed in bucket
+    let mut records: Vec<u64> = bucket
         .list_keys(&shared.keys.actor_log_prefix(&shared.actor))
         .await?
-    {
-        if Keys::parse_seq(&listed.key).is_ok_and(|s| s <= seq) {
-            covered.push(listed.key);
-        }
-    }
-    for listed in bucket
+        .into_iter()
+        .filter_map(|listed| Keys::parse_seq(&listed.key).ok())
+        .filter(|s| *s <= seq)
+        .collect();
+    records.sort_unstable();
+    let snapshots: Vec<String> = bucket
         .list_keys(&shared.keys.actor_snapshot_prefix(&shared.actor))
         .await?
-    {
-        if Keys::parse_seq(&listed.key).is_ok_and(|s| s < seq) {
-            covered.push(listed.key);
-        }
-    }
-    let deletes: Vec<_> = covered
         .into_iter()
-        .map(|key| async move { bucket.delete_not_durable(&key).await })
+        .filter(|listed| Keys::parse_seq(&listed.key).is_ok_and(|s| s < seq))
+        .map(|listed| listed.key)
         .collect();
-    let mut deletes = futures::stream::iter(deletes).buffer_unordered(COMPACTION_DELETES_IN_FLIGHT);
-    while let Some(deleted) = deletes.next().await {
-        match deleted {
-            Ok(()) | Err(wasmkeep_bucket::Error::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
+    delete_all(bucket, snapshots).await?;
+    let record_key = |s: &u64| Keys::log_under(&shared.log_prefix, *s);
+    let mut progress = shared.progress.subscribe();
+    let start = progress.borrow_and_update().durable_seq;
+    for (i, record) in records.iter().enumerate() {
+        // The i-th deletion waits for the i-th record written since.
+        if !paced(&mut progress, slot, start + i as u64).await {
+            return delete_all(bucket, records[i..].iter().map(record_key).collect()).await;
         }
+        delete_one(bucket, &record_key(record)).await?;
     }
     Ok(())
 }
 
-/// Deletes one compaction runs at once.
+/// Waits until the actor's records up to `due` are durable: `true`; `false`
+/// when compaction should rather finish at once (see [`compact`]).
+async fn paced(progress: &mut watch::Receiver<Progress>, slot: &SnapshotSlot, due: u64) -> bool {
+    loop {
+        if slot.next.lock().is_some() || slot.done.load(Ordering::SeqCst) {
+            return false;
+        }
+        {
+            let now = progress.borrow_and_update();
+            if now.failure.is_some() {
+                return false;
+            }
+            if now.durable_seq >= due {
+                return true;
+            }
+        }
+        // A newer snapshot or the store's close also wake the slot; the
+        // snapshot writer looks at both again before it waits.
+        tokio::select! {
+            changed = progress.changed() => if changed.is_err() { return false },
+            () = slot.wake.notified() => {}
+            () = tokio::time::sleep(COMPACTION_IDLE) => return false,
+        }
+    }
+}
+
+async fn delete_one(bucket: &dyn Bucket, key: &str) -> Result<()> {
+    match bucket.delete_not_durable(key).await {
+        Ok(()) | Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes `keys`, [`COMPACTION_DELETES_IN_FLIGHT`] at a time.
+async fn delete_all(bucket: &dyn Bucket, keys: Vec<String>) -> Result<()> {
+    use futures::StreamExt as _;
+    let deletes: Vec<_> = keys
+        .into_iter()
+        .map(|key| async move { delete_one(bucket, &key).await })
+        .collect();
+    let mut deletes = futures::stream::iter(deletes).buffer_unordered(COMPACTION_DELETES_IN_FLIGHT);
+    while let Some(deleted) = deletes.next().await {
+        deleted?;
+    }
+    Ok(())
+}
+
+/// Deletes one compaction runs at once when it is not paced.
 const COMPACTION_DELETES_IN_FLIGHT: usize = 16;
+/// A paced compaction (see [`compact`]) of an actor that wrote nothing for
+/// this long deletes the rest at once.
+const COMPACTION_IDLE: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 use wasmkeep_bucket::{Bucket, Fault, MemoryBucket};
 use wasmkeep_store::{ActorStore, Error, SqlValue, StoreConfig};
+use wasmkeep_types::Keys;
 
 use common::*;
 
@@ -522,7 +523,7 @@ async fn snapshots_keep_the_log_short_and_the_restore_bounded() {
         .unwrap();
     }
     s.flush().await.unwrap();
-    drop(s);
+    s.close().await;
     let logs = bucket.keys_under(&keys().actor_log_prefix(&a));
     let snaps = bucket.keys_under(&keys().actor_snapshot_prefix(&a));
     assert!(logs.len() <= 8, "{} log records left: {logs:?}", logs.len());
@@ -534,6 +535,55 @@ async fn snapshots_keep_the_log_short_and_the_restore_bounded() {
     assert!(read <= 1 + 8, "restore read {read} objects");
     assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 200);
     assert_eq!(int(&mut s, "SELECT sum(x) FROM t"), (0..200).sum::<i64>());
+}
+
+/// After a snapshot, the records it covers are deleted one for each record
+/// written since (a node's deletes follow its writes instead of arriving in
+/// bursts), and the rest when the store closes.
+#[tokio::test]
+async fn compaction_deletes_a_covered_record_per_record_written_and_the_rest_at_close() {
+    let bucket = Probe::new();
+    let a = actor("paced");
+    let cfg = StoreConfig {
+        snapshot_log_records: 100,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg.clone()).await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    for i in 0..120 {
+        event(&mut s, &[&format!("INSERT INTO t VALUES ({i})")])
+            .await
+            .unwrap();
+    }
+    let seqs = |prefix: &str| -> Vec<u64> {
+        bucket
+            .keys_under(prefix)
+            .iter()
+            .map(|k| Keys::parse_seq(k).unwrap())
+            .collect()
+    };
+    let snaps = seqs(&keys().actor_snapshot_prefix(&a));
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    let snapshot = snaps[0];
+    let logs = seqs(&keys().actor_log_prefix(&a));
+    let written_since = logs.iter().filter(|s| **s > snapshot).count() as u64;
+    let covered_left = logs.iter().filter(|s| **s <= snapshot).count() as u64;
+    let deleted = snapshot - covered_left;
+    assert!(written_since >= 10, "snapshot at {snapshot}, logs {logs:?}");
+    assert!(
+        deleted >= 1 && deleted <= written_since + 1,
+        "{deleted} of {snapshot} covered records deleted while {written_since} were written"
+    );
+
+    s.close().await;
+    let logs = seqs(&keys().actor_log_prefix(&a));
+    assert!(
+        logs.iter().all(|s| *s > snapshot),
+        "covered records left after close: {logs:?}"
+    );
+    assert_eq!(logs.len() as u64, written_since);
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 120);
 }
 
 #[tokio::test]
