@@ -504,9 +504,7 @@ impl FolderBucket {
         );
         // Adopted files wait out the grace like any other: a reader
         // elsewhere may have opened one before its process died.
-        for path in adopted.files {
-            pool.keep(path, None);
-        }
+        pool.adopt(adopted.prefixes, &adopted.files);
         let root = Arc::new(root);
         let (queue, receiver) = mpsc::channel(COMMIT_QUEUE_WRITES_MAX);
         let committer = Committer {
@@ -584,8 +582,12 @@ impl FolderBucket {
 
 /// The temporary files a new process takes over at open.
 struct Adopted {
-    /// Files of processes that are gone, kept for reuse (their inodes).
-    files: Vec<PathBuf>,
+    /// The prefixes of processes that are gone and left files.
+    prefixes: Vec<String>,
+    /// Their files kept for reuse (their inodes), each `.tmp/<prefix>.<n>`
+    /// as (index in `prefixes`, `n`): no path per file, which with tens of
+    /// thousands of pooled files cost a restart ~20 ms.
+    files: Vec<(u32, u64)>,
     /// The lock files of those processes, held from now on, so their files
     /// stay this process's own.
     locks: Vec<File>,
@@ -600,6 +602,7 @@ struct Adopted {
 /// lock go by age ([`TEMP_FILE_STALE_AGE`]).
 fn adopt_temp_files(temp_dir: &Path) -> Adopted {
     let mut adopted = Adopted {
+        prefixes: Vec::new(),
         files: Vec::new(),
         locks: Vec::new(),
     };
@@ -613,10 +616,11 @@ fn adopt_temp_files(temp_dir: &Path) -> Adopted {
         .flatten()
         .filter_map(|e| {
             let is_file = e.file_type().is_ok_and(|t| t.is_file());
-            e.file_name().to_str().map(|n| (n.to_owned(), is_file))
+            e.file_name().into_string().ok().map(|n| (n, is_file))
         })
         .collect();
-    let mut dead: HashMap<&str, (File, usize)> = HashMap::new();
+    // Gone prefixes: (index in `adopted.prefixes`, its lock, files kept).
+    let mut dead: HashMap<&str, (u32, File, usize)> = HashMap::new();
     let mut held: Vec<&str> = Vec::new();
     for (name, _) in &listed {
         let Some(prefix) = name.strip_suffix(TEMP_LOCK_SUFFIX) else {
@@ -626,37 +630,38 @@ fn adopt_temp_files(temp_dir: &Path) -> Adopted {
             continue;
         };
         if flock(&lock, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
-            dead.insert(prefix, (lock, 0));
+            let index = u32::try_from(adopted.prefixes.len()).unwrap_or(u32::MAX);
+            adopted.prefixes.push(prefix.to_owned());
+            dead.insert(prefix, (index, lock, 0));
         } else {
             held.push(prefix);
         }
     }
-    let owner = |name: &str| -> Option<String> {
-        // `<pid>.<random>.<counter>` or `<pid>.<random>.lock`.
-        let mut parts = name.splitn(3, '.');
-        Some(format!("{}.{}", parts.next()?, parts.next()?))
-    };
     for (name, is_file) in &listed {
         if name.ends_with(TEMP_LOCK_SUFFIX) {
             continue;
         }
-        let path = temp_dir.join(name);
-        let prefix = owner(name);
-        let remove = match prefix.as_deref().and_then(|p| dead.get_mut(p)) {
-            Some((_, kept)) => {
+        // `<pid>.<random>.<n>`: the prefix is everything before the last dot.
+        let (prefix, n) = match name.rsplit_once('.') {
+            Some((prefix, n)) => (prefix, n.parse::<u64>().ok()),
+            None => (name.as_str(), None),
+        };
+        let remove = match dead.get_mut(prefix) {
+            Some((index, _, kept)) => {
                 // Sizes are not checked: pooled files are small, and the
                 // others (writes in flight when a process crashed) are few;
                 // a reuse cuts any file to its new length.
-                if *is_file && adopted.files.len() < INODE_POOL_FILES_MAX {
-                    adopted.files.push(path.clone());
-                    *kept += 1;
-                    false
-                } else {
-                    true
+                match n {
+                    Some(n) if *is_file && adopted.files.len() < INODE_POOL_FILES_MAX => {
+                        adopted.files.push((*index, n));
+                        *kept += 1;
+                        false
+                    }
+                    _ => true,
                 }
             }
-            None if prefix.as_deref().is_some_and(|p| held.contains(&p)) => false,
-            None => fs::metadata(&path)
+            None if held.contains(&prefix) => false,
+            None => fs::metadata(temp_dir.join(name))
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|modified| modified.elapsed().ok())
@@ -664,10 +669,10 @@ fn adopt_temp_files(temp_dir: &Path) -> Adopted {
         };
         if remove {
             // Best effort: another process may remove it at the same time.
-            let _ = fs::remove_file(&path);
+            let _ = fs::remove_file(temp_dir.join(name));
         }
     }
-    for (prefix, (lock, kept)) in dead {
+    for (prefix, (_, lock, kept)) in dead {
         if kept == 0 {
             let _ = fs::remove_file(temp_dir.join(format!("{prefix}{TEMP_LOCK_SUFFIX}")));
         } else {
@@ -942,6 +947,8 @@ struct InodePool {
     /// ~3 MiB of memory rather than ~9.
     temp_dir: PathBuf,
     prefix: String,
+    /// The prefixes of gone processes whose files were adopted at open.
+    adopted_prefixes: Vec<String>,
     /// [`INODE_REUSE_GRACE`] (tests shorten it).
     grace: Duration,
     /// `renameat2(RENAME_EXCHANGE)` failed as unsupported on this file
@@ -960,7 +967,9 @@ struct Spare {
 enum SpareName {
     /// `.tmp/<prefix>.<n>`, this process's own.
     Own(u64),
-    /// Adopted from a gone process, or named otherwise.
+    /// `.tmp/<adopted prefix>.<n>`, adopted from a gone process.
+    Adopted(u32, u64),
+    /// Named otherwise.
     Other(Box<Path>),
 }
 
@@ -979,8 +988,23 @@ impl InodePool {
             bytes: 0,
             temp_dir,
             prefix,
+            adopted_prefixes: Vec::new(),
             grace,
             no_exchange: false,
+        }
+    }
+
+    /// Takes in the files of gone processes (see [`adopt_temp_files`]).
+    fn adopt(&mut self, prefixes: Vec<String>, files: &[(u32, u64)]) {
+        self.adopted_prefixes = prefixes;
+        let since = Instant::now();
+        for (prefix, n) in files {
+            self.bytes += held_bytes(None);
+            self.files.push_back(Spare {
+                name: SpareName::Adopted(*prefix, *n),
+                since,
+                len: None,
+            });
         }
     }
 
@@ -992,15 +1016,18 @@ impl InodePool {
     }
 
     fn keep(&mut self, path: PathBuf, len: Option<u64>) {
-        let own = path
+        let parsed = path
             .file_name()
             .and_then(|name| name.to_str())
-            .and_then(|name| name.strip_prefix(self.prefix.as_str()))
-            .and_then(|rest| rest.strip_prefix('.'))
-            .and_then(|n| n.parse::<u64>().ok())
+            .and_then(|name| name.rsplit_once('.'))
+            .and_then(|(prefix, n)| Some((prefix, n.parse::<u64>().ok()?)))
             .filter(|_| path.parent() == Some(self.temp_dir.as_path()));
-        let name = match own {
-            Some(n) => SpareName::Own(n),
+        let name = match parsed {
+            Some((prefix, n)) if prefix == self.prefix => SpareName::Own(n),
+            Some((prefix, n)) => match self.adopted_prefixes.iter().position(|p| p == prefix) {
+                Some(i) => SpareName::Adopted(u32::try_from(i).unwrap_or(u32::MAX), n),
+                None => SpareName::Other(path.into_boxed_path()),
+            },
             None => SpareName::Other(path.into_boxed_path()),
         };
         self.bytes += held_bytes(len);
@@ -1029,6 +1056,10 @@ impl InodePool {
             self.bytes -= held_bytes(spare.len);
             let path = match spare.name {
                 SpareName::Own(n) => self.own_path(n),
+                SpareName::Adopted(i, n) => match self.adopted_prefixes.get(i as usize) {
+                    Some(prefix) => self.temp_dir.join(format!("{prefix}.{n}")),
+                    None => continue,
+                },
                 SpareName::Other(path) => path.into_path_buf(),
             };
             if let Ok(file) = OpenOptions::new().write(true).open(&path) {
@@ -1954,14 +1985,24 @@ mod tests {
 
         let own = temp_dir.join("7.abc.12");
         let other = temp_dir.join("9.def.3");
-        for path in [&own, &other] {
+        let adopted = temp_dir.join("5.gone.4");
+        for path in [&own, &other, &adopted] {
             fs::write(path, b"x").expect("written");
         }
+        pool.adopt(vec!["5.gone".to_owned()], &[(0, 4)]);
         pool.keep(own.clone(), Some(5000));
         pool.keep(other.clone(), None);
-        assert!(matches!(pool.files[0].name, SpareName::Own(12)));
-        assert!(matches!(pool.files[1].name, SpareName::Other(_)));
-        assert_eq!(pool.bytes, 3 * POOL_BLOCK_BYTES);
+        assert!(matches!(pool.files[0].name, SpareName::Adopted(0, 4)));
+        assert!(matches!(pool.files[1].name, SpareName::Own(12)));
+        assert!(matches!(pool.files[2].name, SpareName::Other(_)));
+        assert_eq!(pool.bytes, 4 * POOL_BLOCK_BYTES);
+        // A file adopted, reused and replaced comes back under its name.
+        pool.keep(adopted.clone(), Some(10));
+        assert!(matches!(pool.files[3].name, SpareName::Adopted(0, 4)));
+        let (path, _, len) = pool.take().expect("the adopted file");
+        assert_eq!((path, len), (adopted, None));
+        pool.files.pop_back();
+        pool.bytes = 3 * POOL_BLOCK_BYTES;
 
         pool.bytes = INODE_POOL_BYTES_MAX - POOL_BLOCK_BYTES;
         assert!(pool.wants(POOL_BLOCK_BYTES));
