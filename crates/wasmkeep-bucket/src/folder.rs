@@ -79,7 +79,7 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::journal::{
     CHECKPOINT_INTERVAL, Entry, EntryKind, JOURNAL_BATCH_BYTES_MAX, JOURNAL_BODY_MAX, JOURNAL_DIR,
@@ -178,6 +178,8 @@ pub struct FolderOptions {
 pub struct FolderBucket {
     root: Arc<PathBuf>,
     queue: mpsc::Sender<WriteRequest>,
+    /// Becomes `true` once the files of gone processes were looked at.
+    adopted: watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for FolderBucket {
@@ -477,7 +479,21 @@ impl FolderBucket {
             )
             .and_then(|f| flock(&f, libc::LOCK_EX | libc::LOCK_NB).map(|()| f))
             .map_err(|e| config("create the temporary files' lock", e))?;
-        let adopted = adopt_temp_files(&root.join(TEMP_DIR));
+        // The files of gone processes are looked at on a thread of their
+        // own: a pool of tens of thousands of them takes the kernel tens of
+        // milliseconds to list, which would delay the node's start. The
+        // committer takes them in at its next batch.
+        let (adopted_tx, adopted_rx) = std::sync::mpsc::channel();
+        let (adopted_done, adopted) = watch::channel(false);
+        let temp_dir = root.join(TEMP_DIR);
+        std::thread::Builder::new()
+            .name("wasmkeep-folder-adopt".to_owned())
+            .spawn(move || {
+                // The committer may be gone already: its locks go with it.
+                let _ = adopted_tx.send(adopt_temp_files(&temp_dir));
+                adopted_done.send_replace(true);
+            })
+            .map_err(|e| config("start the thread that adopts temporary files", e))?;
         let root_dir = File::open(&root).map_err(|e| config("open", e))?;
         let sync_pool =
             SyncPool::start(SYNC_THREADS_MAX).map_err(|e| config("start the sync threads", e))?;
@@ -497,14 +513,11 @@ impl FolderBucket {
             ),
             SyncMode::PerFile | SyncMode::Syncfs => None,
         };
-        let mut pool = InodePool::new(
+        let pool = InodePool::new(
             root.join(TEMP_DIR),
             temp_prefix.clone(),
             options.inode_reuse_grace.unwrap_or(INODE_REUSE_GRACE),
         );
-        // Adopted files wait out the grace like any other: a reader
-        // elsewhere may have opened one before its process died.
-        pool.adopt(adopted.prefixes, &adopted.files);
         let root = Arc::new(root);
         let (queue, receiver) = mpsc::channel(COMMIT_QUEUE_WRITES_MAX);
         let committer = Committer {
@@ -517,14 +530,28 @@ impl FolderBucket {
             temp_counter: 0,
             sync_pool,
             journal,
-            adopted_locks: adopted.locks,
+            adopted_locks: Vec::new(),
+            adoption: Some(adopted_rx),
             pool,
         };
         std::thread::Builder::new()
             .name("wasmkeep-folder-commit".to_owned())
             .spawn(move || committer.run(receiver))
             .map_err(|e| config("start the committer thread", e))?;
-        Ok(FolderBucket { root, queue })
+        Ok(FolderBucket {
+            root,
+            queue,
+            adopted,
+        })
+    }
+
+    /// Waits until the temporary files of gone processes were looked at
+    /// (adopted into the pool, or removed); a write after this reuses them.
+    #[doc(hidden)]
+    pub async fn adoption_finished(&self) {
+        let mut adopted = self.adopted.clone();
+        // Dropped without a `true`: the thread is gone, nothing more comes.
+        let _ = adopted.wait_for(|done| *done).await;
     }
 
     /// The resolved root folder.
@@ -930,6 +957,9 @@ struct Committer {
     /// The lock files of gone processes whose temporary files joined the
     /// pool at open: held, so those files stay this process's own.
     adopted_locks: Vec<File>,
+    /// The files of gone processes, from the thread that looks at them at
+    /// open; taken in at the first batch after they arrive.
+    adoption: Option<std::sync::mpsc::Receiver<Adopted>>,
     temp_counter: u64,
     sync_pool: SyncPool,
     journal: Option<Journal>,
@@ -1195,7 +1225,26 @@ impl Committer {
         Ok(slot.as_ref().expect("set just above"))
     }
 
+    /// Takes in the files of gone processes once they were looked at.
+    /// Adopted files wait out the grace like any other: a reader elsewhere
+    /// may have opened one before its process died.
+    fn take_adopted(&mut self) {
+        let Some(adoption) = &self.adoption else {
+            return;
+        };
+        match adoption.try_recv() {
+            Ok(adopted) => {
+                self.pool.adopt(adopted.prefixes, &adopted.files);
+                self.adopted_locks.extend(adopted.locks);
+                self.adoption = None;
+            }
+            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => self.adoption = None,
+        }
+    }
+
     fn commit(&mut self, batch: Vec<WriteRequest>) {
+        self.take_adopted();
         let budget = journal_budget(&batch);
         if let Some(journal) = &mut self.journal
             && let Err(e) = journal.reserve(budget.iter().sum())

@@ -1066,6 +1066,8 @@ async fn folder_open_adopts_only_the_temporary_files_of_processes_that_are_gone(
         ..Default::default()
     };
     let second = wasmkeep_bucket::FolderBucket::open_with(&root, options)?;
+    // Adoption runs beside the opening, so as not to delay a start.
+    second.adoption_finished().await;
     let left: BTreeSet<String> = std::fs::read_dir(&tmp)?
         .flatten()
         .filter_map(|e| e.file_name().to_str().map(str::to_owned))
