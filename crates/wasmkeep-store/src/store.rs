@@ -1188,8 +1188,8 @@ async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
 }
 
 /// Deletes the records and snapshots a durable snapshot at `seq` covers.
-/// Older snapshots go at once; log records one for each record this actor
-/// writes meanwhile, the rest at once when a newer snapshot waits, the store
+/// Older snapshots go at once; log records as many as this actor writes
+/// meanwhile (sixteen at a time), the rest at once when a newer snapshot waits, the store
 /// closes, or the actor writes nothing for [`COMPACTION_IDLE`]. Paced, a
 /// node's deletes follow its writes: many actors that reach their snapshot
 /// together (a uniform load) would otherwise delete a quarter of a million
@@ -1217,12 +1217,14 @@ async fn compact(shared: &Shared, slot: &SnapshotSlot, seq: u64) -> Result<()> {
     let record_key = |s: &u64| Keys::log_under(&shared.log_prefix, *s);
     let mut progress = shared.progress.subscribe();
     let start = progress.borrow_and_update().durable_seq;
-    for (i, record) in records.iter().enumerate() {
-        // The i-th deletion waits for the i-th record written since.
-        if !paced(&mut progress, slot, start + i as u64).await {
-            return delete_all(bucket, records[i..].iter().map(record_key).collect()).await;
+    // Sixteen at a time (one batch for the folder bucket's committer), the
+    // n-th sixteen once n x 16 records were written since.
+    for (n, chunk) in records.chunks(COMPACTION_DELETES_IN_FLIGHT).enumerate() {
+        let done = n * COMPACTION_DELETES_IN_FLIGHT;
+        if !paced(&mut progress, slot, start + done as u64).await {
+            return delete_all(bucket, records[done..].iter().map(record_key).collect()).await;
         }
-        delete_one(bucket, &record_key(record)).await?;
+        delete_all(bucket, chunk.iter().map(record_key).collect()).await?;
     }
     Ok(())
 }
@@ -1274,7 +1276,8 @@ async fn delete_all(bucket: &dyn Bucket, keys: Vec<String>) -> Result<()> {
     Ok(())
 }
 
-/// Deletes one compaction runs at once when it is not paced.
+/// Deletes one compaction runs at once, and how many go per step when it
+/// is paced.
 const COMPACTION_DELETES_IN_FLIGHT: usize = 16;
 /// A paced compaction (see [`compact`]) of an actor that wrote nothing for
 /// this long deletes the rest at once.

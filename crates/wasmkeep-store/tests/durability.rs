@@ -537,11 +537,11 @@ async fn snapshots_keep_the_log_short_and_the_restore_bounded() {
     assert_eq!(int(&mut s, "SELECT sum(x) FROM t"), (0..200).sum::<i64>());
 }
 
-/// After a snapshot, the records it covers are deleted one for each record
-/// written since (a node's deletes follow its writes instead of arriving in
-/// bursts), and the rest when the store closes.
+/// After a snapshot, the records it covers are deleted as fast as records
+/// are written since, sixteen at a time (a node's deletes follow its writes
+/// instead of arriving in bursts), and the rest when the store closes.
 #[tokio::test]
-async fn compaction_deletes_a_covered_record_per_record_written_and_the_rest_at_close() {
+async fn compaction_deletes_covered_records_as_records_are_written_and_the_rest_at_close() {
     let bucket = Probe::new();
     let a = actor("paced");
     let cfg = StoreConfig {
@@ -571,7 +571,7 @@ async fn compaction_deletes_a_covered_record_per_record_written_and_the_rest_at_
     let deleted = snapshot - covered_left;
     assert!(written_since >= 10, "snapshot at {snapshot}, logs {logs:?}");
     assert!(
-        deleted >= 1 && deleted <= written_since + 1,
+        deleted >= 1 && deleted <= written_since + 16,
         "{deleted} of {snapshot} covered records deleted while {written_since} were written"
     );
 
