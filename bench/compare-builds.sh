@@ -87,6 +87,11 @@ print(f"{label:<40} {rate:>9.0f} req/s  {cpu_us:>7.1f} us CPU/req  {writes:.2f} 
 PY
 }
 
+touch_s3() {   # touch_s3 URLS-FILE: S3's 1,000 actors touched once, their URLs written
+  node "$ACTORS" urls --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 > "$1"
+  node "$ACTORS" touch --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 --conc 64 > /dev/null
+}
+
 run() {   # run SCENARIO BIN
   local scenario=$1 bin=$2 dir="$DATA/run-$PORT"
   local label
@@ -102,13 +107,11 @@ run() {   # run SCENARIO BIN
       measure "$label" -c 64 -m POST --rand-regex-url "http://127.0.0.1:$PORT/bench/counter/s2-[a-z0-9]{20}/increment"
       ;;
     s3)
-      node "$ACTORS" urls --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 > "$dir.urls"
-      node "$ACTORS" touch --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 --conc 64 > /dev/null
+      touch_s3 "$dir.urls"
       measure "$label" -c 64 -m POST --urls-from-file "$dir.urls"
       ;;
     s3long)
-      node "$ACTORS" urls --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 > "$dir.urls"
-      node "$ACTORS" touch --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 --conc 64 > /dev/null
+      touch_s3 "$dir.urls"
       for part in $(seq "${LONG_PARTS:-7}"); do
         measure "$label $((part * SECS))s" -c 64 -m POST --urls-from-file "$dir.urls"
       done

@@ -1028,8 +1028,8 @@ impl InodePool {
     fn adopt(&mut self, prefixes: Vec<String>, files: &[(u32, u64)]) {
         self.adopted_prefixes = prefixes;
         let since = Instant::now();
+        self.bytes += held_bytes(None) * files.len() as u64;
         for (prefix, n) in files {
-            self.bytes += held_bytes(None);
             self.files.push_back(Spare {
                 name: SpareName::Adopted(*prefix, *n),
                 since,

@@ -1232,25 +1232,38 @@ async fn compact(shared: &Shared, slot: &SnapshotSlot, seq: u64) -> Result<()> {
 /// Waits until the actor's records up to `due` are durable: `true`; `false`
 /// when compaction should rather finish at once (see [`compact`]).
 async fn paced(progress: &mut watch::Receiver<Progress>, slot: &SnapshotSlot, due: u64) -> bool {
+    // One timer per call, looked at when it fires (not re-armed at every
+    // record): idle means no record became durable since it was armed.
+    let idle = tokio::time::sleep(COMPACTION_IDLE);
+    tokio::pin!(idle);
+    let mut armed_at = progress.borrow().durable_seq;
     loop {
         if slot.next.lock().is_some() || slot.done.load(Ordering::SeqCst) {
             return false;
         }
-        {
+        let durable = {
             let now = progress.borrow_and_update();
             if now.failure.is_some() {
                 return false;
             }
-            if now.durable_seq >= due {
-                return true;
-            }
+            now.durable_seq
+        };
+        if durable >= due {
+            return true;
         }
         // A newer snapshot or the store's close also wake the slot; the
         // snapshot writer looks at both again before it waits.
         tokio::select! {
             changed = progress.changed() => if changed.is_err() { return false },
             () = slot.wake.notified() => {}
-            () = tokio::time::sleep(COMPACTION_IDLE) => return false,
+            () = &mut idle => {
+                let durable = progress.borrow().durable_seq;
+                if durable == armed_at {
+                    return false;
+                }
+                armed_at = durable;
+                idle.as_mut().reset(tokio::time::Instant::now() + COMPACTION_IDLE);
+            }
         }
     }
 }
