@@ -22,8 +22,8 @@
 //! - `SyncMode::Journal` (default, ADR 0025): instead of syncing the new
 //!   files and folders, the committer appends the batch to this process's
 //!   write-ahead journal (`.wal/`, see `journal.rs`) with one `fdatasync`
-//!   (on a sync thread: the committer writes the temporary files while the
-//!   device flushes), then renames the files into place unsynced; a checkpoint (`syncfs`,
+//!   (after writing the temporary files), then renames the files into
+//!   place unsynced; a checkpoint (`syncfs`,
 //!   every [`CHECKPOINT_INTERVAL`]) makes them durable in place, and the next
 //!   open after a reboot replays what the journals hold beyond it. Bodies
 //!   over [`JOURNAL_BODY_MAX`] are synced in place as below, then marked in
@@ -501,7 +501,6 @@ impl FolderBucket {
             SyncMode::Journal => Some(
                 Journal::open(
                     &root,
-                    sync_pool.clone(),
                     &JournalOptions {
                         boot_id: options.journal_boot_id.clone(),
                         checkpoint_interval: options
@@ -1634,8 +1633,8 @@ impl Committer {
                     }
                 })
                 .collect();
-            // The new files are made while the device flushes the journal:
-            // invisible until renamed, which waits for the flush.
+            // The new files are made before the journal's flush: invisible
+            // until renamed, which waits for the flush.
             let mut journal = self.journal.take().expect("journal mode");
             let appended = journal.append(position.epoch, position.order, &entries, || {
                 self.make_pending_files(&mut plans, batch);
@@ -1894,7 +1893,8 @@ fn fail_unapplied(plans: &mut [Plan], batch: &[WriteRequest], what: &str, e: &io
     }
 }
 
-/// Threads that sync files for the committer (and the journal's flush):
+/// Threads that sync files for the committer (the modes without a journal,
+/// and bodies too large for the journal):
 /// concurrent syncs share the file system's journal commits, where a loop
 /// would wait for one commit per file. Threads are started once (spawning
 /// per batch costs about as much as a sync on a busy machine) and stop when
@@ -1945,30 +1945,17 @@ struct SyncSlot {
     thread: std::thread::Thread,
 }
 
+/// `fdatasync` (`data_only`) or `fsync` of the file or folder at `path`.
 struct SyncJob {
-    target: SyncTarget,
+    path: PathBuf,
     data_only: bool,
     done: std::sync::mpsc::Sender<io::Result<()>>,
 }
 
 impl SyncJob {
     fn run(self) {
-        let synced = match &self.target {
-            SyncTarget::Path(path) => sync_path(path, self.data_only),
-            SyncTarget::Open(file) if self.data_only => file.sync_data(),
-            SyncTarget::Open(file) => file.sync_all(),
-        };
-        let _ = self.done.send(synced);
+        let _ = self.done.send(sync_path(&self.path, self.data_only));
     }
-}
-
-/// What a sync thread syncs.
-enum SyncTarget {
-    /// A file or folder, opened for the sync.
-    Path(PathBuf),
-    /// A file already open (the journal: no path lookup and open on the
-    /// way to every commit's flush).
-    Open(Arc<File>),
 }
 
 /// `fdatasync` (`data_only`) or `fsync` of the file at `path`.
@@ -2041,33 +2028,14 @@ impl SyncPool {
     }
 
     /// Hands one sync to the threads; its result arrives on `done`.
-    pub(crate) fn submit(
+    fn submit(
         &self,
         path: &Path,
         data_only: bool,
         done: &std::sync::mpsc::Sender<io::Result<()>>,
     ) -> io::Result<()> {
-        self.send(SyncTarget::Path(path.to_path_buf()), data_only, done)
-    }
-
-    /// [`SyncPool::submit`] for a file that is already open.
-    pub(crate) fn submit_open(
-        &self,
-        file: &Arc<File>,
-        data_only: bool,
-        done: &std::sync::mpsc::Sender<io::Result<()>>,
-    ) -> io::Result<()> {
-        self.send(SyncTarget::Open(Arc::clone(file)), data_only, done)
-    }
-
-    fn send(
-        &self,
-        target: SyncTarget,
-        data_only: bool,
-        done: &std::sync::mpsc::Sender<io::Result<()>>,
-    ) -> io::Result<()> {
         let job = SyncJob {
-            target,
+            path: path.to_path_buf(),
             data_only,
             done: done.clone(),
         };
