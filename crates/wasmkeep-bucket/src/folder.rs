@@ -495,8 +495,7 @@ impl FolderBucket {
             })
             .map_err(|e| config("start the thread that adopts temporary files", e))?;
         let root_dir = File::open(&root).map_err(|e| config("open", e))?;
-        let sync_pool =
-            SyncPool::start(SYNC_THREADS_MAX).map_err(|e| config("start the sync threads", e))?;
+        let sync_pool = SyncPool::new(SYNC_THREADS_MAX);
         let journal = match options.sync_mode {
             SyncMode::Journal => Some(
                 Journal::open(
@@ -1896,9 +1895,11 @@ fn fail_unapplied(plans: &mut [Plan], batch: &[WriteRequest], what: &str, e: &io
 /// Threads that sync files for the committer (the modes without a journal,
 /// and bodies too large for the journal):
 /// concurrent syncs share the file system's journal commits, where a loop
-/// would wait for one commit per file. Threads are started once (spawning
-/// per batch costs about as much as a sync on a busy machine) and stop when
-/// the last clone of the pool is dropped.
+/// would wait for one commit per file. A thread is started when a job finds
+/// none idle (up to the pool's limit) and then kept (spawning per batch
+/// costs about as much as a sync on a busy machine); all stop when the last
+/// clone of the pool is dropped. In journal mode most processes never start
+/// one.
 ///
 /// A job goes straight to the thread that became idle last (its stack and
 /// caches are warm) and wakes only that thread. A shared receiver behind a
@@ -1912,6 +1913,7 @@ pub(crate) struct SyncPool {
 /// Owned by the pool's clones only: the last one dropped stops the threads.
 struct SyncPoolHandle {
     shared: Arc<SyncShared>,
+    threads_max: usize,
 }
 
 impl Drop for SyncPoolHandle {
@@ -1932,6 +1934,8 @@ struct SyncShared {
 }
 
 struct SyncState {
+    /// Threads started (idle or not).
+    threads: usize,
     /// Jobs that found no idle thread, oldest first.
     queued: VecDeque<SyncJob>,
     /// Idle threads, the most recently idle last.
@@ -2004,27 +2008,20 @@ fn sync_thread(shared: &SyncShared) {
 }
 
 impl SyncPool {
-    fn start(threads: usize) -> io::Result<Self> {
-        let shared = Arc::new(SyncShared {
-            state: parking_lot::Mutex::new(SyncState {
-                queued: VecDeque::new(),
-                idle: Vec::with_capacity(threads),
-                stopped: false,
-            }),
-        });
-        let pool = SyncPool {
+    fn new(threads_max: usize) -> Self {
+        SyncPool {
             handle: Arc::new(SyncPoolHandle {
-                shared: Arc::clone(&shared),
+                shared: Arc::new(SyncShared {
+                    state: parking_lot::Mutex::new(SyncState {
+                        threads: 0,
+                        queued: VecDeque::new(),
+                        idle: Vec::new(),
+                        stopped: false,
+                    }),
+                }),
+                threads_max,
             }),
-        };
-        for _ in 0..threads {
-            let shared = Arc::clone(&shared);
-            // On failure `pool` is dropped, which stops the threads started.
-            std::thread::Builder::new()
-                .name("wasmkeep-folder-sync".to_owned())
-                .spawn(move || sync_thread(&shared))?;
         }
-        Ok(pool)
     }
 
     /// Hands one sync to the threads; its result arrives on `done`.
@@ -2049,7 +2046,23 @@ impl SyncPool {
                 *slot.job.lock() = Some(job);
                 slot.thread.unpark();
             }
-            None => state.queued.push_back(job),
+            None => {
+                if state.threads < self.handle.threads_max {
+                    let shared = Arc::clone(&self.handle.shared);
+                    match std::thread::Builder::new()
+                        .name("wasmkeep-folder-sync".to_owned())
+                        .spawn(move || sync_thread(&shared))
+                    {
+                        Ok(_) => state.threads += 1,
+                        // Nobody would take the job.
+                        Err(e) if state.threads == 0 => return Err(e),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "folder bucket: could not start another sync thread");
+                        }
+                    }
+                }
+                state.queued.push_back(job);
+            }
         }
         Ok(())
     }
@@ -2164,8 +2177,9 @@ mod tests {
         assert_eq!(rc, 0, "fadvise");
     }
 
-    /// The sync threads answer every job, also more at once than there are
-    /// threads, each with its own result, and stop once the pool is dropped.
+    /// Sync threads start only for jobs, at most the pool's limit of them;
+    /// they answer every job, also more at once than there are threads, each
+    /// with its own result, and stop once the pool is dropped.
     #[test]
     fn the_sync_threads_answer_every_job_with_its_own_result_and_stop_with_the_pool() {
         let dir = tempfile::tempdir().expect("a temporary folder");
@@ -2176,10 +2190,13 @@ mod tests {
                 path
             })
             .collect();
-        let pool = SyncPool::start(4).expect("threads started");
+        let pool = SyncPool::new(4);
+        let threads = || pool.handle.shared.state.lock().threads;
+        assert_eq!(threads(), 0, "no thread before the first job");
         let shared = Arc::downgrade(&pool.handle.shared);
         let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
         pool.sync_all(&refs, true).expect("all synced");
+        assert!((1..=4).contains(&threads()), "{} threads", threads());
 
         let missing = dir.path().join("missing");
         let mut with_missing = refs.clone();
