@@ -1904,7 +1904,8 @@ fn fail_unapplied(plans: &mut [Plan], batch: &[WriteRequest], what: &str, e: &io
 /// A job goes straight to the thread that became idle last (its stack and
 /// caches are warm) and wakes only that thread. A shared receiver behind a
 /// lock instead passed every job through the lock's queue of waiters: about
-/// six thread switches per journal flush, spread over all the threads.
+/// six thread switches per sync (measured when the journal flushed here),
+/// spread over all the threads.
 #[derive(Clone)]
 pub(crate) struct SyncPool {
     handle: Arc<SyncPoolHandle>,
