@@ -1913,14 +1913,14 @@ pub(crate) struct SyncPool {
 
 /// Owned by the pool's clones only: the last one dropped stops the threads.
 struct SyncPoolHandle {
-    shared: Arc<SyncShared>,
+    state: Arc<parking_lot::Mutex<SyncState>>,
     threads_max: usize,
 }
 
 impl Drop for SyncPoolHandle {
     fn drop(&mut self) {
         let idle = {
-            let mut state = self.shared.state.lock();
+            let mut state = self.state.lock();
             state.stopped = true;
             std::mem::take(&mut state.idle)
         };
@@ -1928,10 +1928,6 @@ impl Drop for SyncPoolHandle {
             slot.thread.unpark();
         }
     }
-}
-
-struct SyncShared {
-    state: parking_lot::Mutex<SyncState>,
 }
 
 struct SyncState {
@@ -1975,14 +1971,14 @@ fn sync_path(path: &Path, data_only: bool) -> io::Result<()> {
 
 /// A sync thread: takes a queued job, or waits idle for one handed to it,
 /// until the pool stops.
-fn sync_thread(shared: &SyncShared) {
+fn sync_thread(shared: &parking_lot::Mutex<SyncState>) {
     let slot = Arc::new(SyncSlot {
         job: parking_lot::Mutex::new(None),
         thread: std::thread::current(),
     });
     loop {
         let queued = {
-            let mut state = shared.state.lock();
+            let mut state = shared.lock();
             match state.queued.pop_front() {
                 Some(job) => Some(job),
                 None if state.stopped => return,
@@ -1998,7 +1994,7 @@ fn sync_thread(shared: &SyncShared) {
                 if let Some(job) = slot.job.lock().take() {
                     break job;
                 }
-                if shared.state.lock().stopped {
+                if shared.lock().stopped {
                     return;
                 }
                 std::thread::park();
@@ -2012,14 +2008,12 @@ impl SyncPool {
     fn new(threads_max: usize) -> Self {
         SyncPool {
             handle: Arc::new(SyncPoolHandle {
-                shared: Arc::new(SyncShared {
-                    state: parking_lot::Mutex::new(SyncState {
-                        threads: 0,
-                        queued: VecDeque::new(),
-                        idle: Vec::new(),
-                        stopped: false,
-                    }),
-                }),
+                state: Arc::new(parking_lot::Mutex::new(SyncState {
+                    threads: 0,
+                    queued: VecDeque::new(),
+                    idle: Vec::new(),
+                    stopped: false,
+                })),
                 threads_max,
             }),
         }
@@ -2037,7 +2031,7 @@ impl SyncPool {
             data_only,
             done: done.clone(),
         };
-        let mut state = self.handle.shared.state.lock();
+        let mut state = self.handle.state.lock();
         if state.stopped {
             return Err(io::Error::other("sync threads stopped"));
         }
@@ -2049,7 +2043,7 @@ impl SyncPool {
             }
             None => {
                 if state.threads < self.handle.threads_max {
-                    let shared = Arc::clone(&self.handle.shared);
+                    let shared = Arc::clone(&self.handle.state);
                     match std::thread::Builder::new()
                         .name("wasmkeep-folder-sync".to_owned())
                         .spawn(move || sync_thread(&shared))
@@ -2192,9 +2186,9 @@ mod tests {
             })
             .collect();
         let pool = SyncPool::new(4);
-        let threads = || pool.handle.shared.state.lock().threads;
+        let threads = || pool.handle.state.lock().threads;
         assert_eq!(threads(), 0, "no thread before the first job");
-        let shared = Arc::downgrade(&pool.handle.shared);
+        let shared = Arc::downgrade(&pool.handle.state);
         let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
         pool.sync_all(&refs, true).expect("all synced");
         assert!((1..=4).contains(&threads()), "{} threads", threads());
