@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::folder::{flock, syncfs};
+use crate::folder::{flock, open_counter_file, syncfs};
 
 /// The journal folder under the bucket's root (reserved, never an object).
 pub(crate) const JOURNAL_DIR: &str = ".wal";
@@ -243,15 +243,6 @@ fn raise_durable(file: &File, epoch: u64) -> io::Result<()> {
     result.and(unlocked)
 }
 
-fn open_rw(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-}
-
 /// What the committer and the checkpointer thread share.
 struct Shared {
     root_dir: File,
@@ -348,8 +339,8 @@ impl Journal {
         let dir = root.join(JOURNAL_DIR);
         fs::create_dir_all(&dir)?;
         let root_dir = File::open(root)?;
-        let epoch_exclusive = open_rw(&dir.join(EPOCH_FILE))?;
-        let durable = open_rw(&dir.join(DURABLE_FILE))?;
+        let epoch_exclusive = open_counter_file(&dir.join(EPOCH_FILE))?;
+        let durable = open_counter_file(&dir.join(DURABLE_FILE))?;
         let boot_id = match &options.boot_id {
             Some(id) => id.clone(),
             None => current_boot_id()?,
@@ -370,7 +361,7 @@ impl Journal {
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
-        let epoch_shared = open_rw(&dir.join(EPOCH_FILE))?;
+        let epoch_shared = open_counter_file(&dir.join(EPOCH_FILE))?;
         let checkpointer = {
             let shared = Arc::clone(&shared);
             let interval = options.checkpoint_interval;
@@ -762,7 +753,7 @@ mod tests {
     #[test]
     fn the_durable_epoch_only_rises_and_survives_a_torn_slot() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let file = open_rw(&dir.path().join("durable"))?;
+        let file = open_counter_file(&dir.path().join("durable"))?;
         assert_eq!(read_durable(&file)?, 0);
         raise_durable(&file, 5)?;
         raise_durable(&file, 3)?;
