@@ -122,8 +122,15 @@ impl PeerTransport for SimTransport {
                 && reply.status == 409
                 && reply.header(wasmkeep_server::moves::HEADER_HOLDER)
                     == Some(format!("n{}", self.from).as_str())
+                && self.alive.load(Ordering::SeqCst)
             {
                 // The sender released the actor for this take, yet holds it.
+                // Only while the sending process lives: a take can outlive
+                // it (the target's bucket stalled), and the node's next
+                // incarnation claims a free actor as any node may (seed 5308
+                // of move_under_concurrent_events_with_an_alarm_due: a take
+                // sent before a crash was answered 9 s later, naming the
+                // restarted node).
                 self.world
                     .take_found_sender_holding(self.from, to, &call.path);
             }
