@@ -281,6 +281,20 @@ pub fn repro_command(seed: u64, test_binary: &str, test_name: &str) -> String {
     )
 }
 
+/// With `SIM_LOG=<filter>` set (a `tracing` filter such as
+/// `wasmkeep_server=debug`), the nodes' own logs go to stderr: what a node
+/// decided and why, next to the trace's record of what happened. Their
+/// timestamps are the host's, not the simulation's; their order is the
+/// run's. Does nothing without the variable or when a subscriber is set.
+pub fn logs_from_env() {
+    if let Ok(filter) = std::env::var("SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 /// The seeds to run: `SIM_SEED=n` (one), `SIM_SEEDS=a..b` (a range), or
 /// `default`.
 pub fn seeds_from_env(default: Range<u64>) -> Result<Vec<u64>, Error> {

@@ -6,12 +6,14 @@
 //! `wasmkeep_sim::truth` run at every commit and at the end.
 //!
 //! `SIM_SEED=<n>` replays one seed, `SIM_SEEDS=a..b` runs a range,
-//! `SIM_TRACE=<file>` writes the trace of the last seed run.
+//! `SIM_TRACE=<file>` writes the trace of the last seed run, `SIM_LOG=<filter>`
+//! (e.g. `wasmkeep_server=debug`) prints the nodes' own logs.
 
 use std::time::{Duration, Instant};
 
 use wasmkeep_sim::{
-    FaultConfig, OperatorConfig, SimConfig, SimReport, repro_command, run, seeds_from_env,
+    FaultConfig, OperatorConfig, SimConfig, SimReport, logs_from_env, repro_command, run,
+    seeds_from_env,
 };
 
 const BINARY: &str = "madsim_drain";
@@ -28,6 +30,7 @@ fn run_seeds(
     config: impl Fn(u64) -> SimConfig,
     tolerated: &[&str],
 ) -> Vec<SimReport> {
+    logs_from_env();
     let seeds = seeds_from_env(default_seeds).expect("SIM_SEED / SIM_SEEDS parse");
     let started = Instant::now();
     let mut reports = Vec::new();

@@ -11,7 +11,8 @@ use parking_lot::Mutex;
 use wasmkeep_cluster::planted;
 use wasmkeep_sim::truth::{ALARM_LATE, LEASE_TRUTH, MOVE_UNDONE};
 use wasmkeep_sim::{
-    FaultConfig, OperatorConfig, SimConfig, SimReport, repro_command, run, seeds_from_env,
+    FaultConfig, OperatorConfig, SimConfig, SimReport, logs_from_env, repro_command, run,
+    seeds_from_env,
 };
 
 /// The bug must be caught within this many seeds.
@@ -59,6 +60,7 @@ fn caught_within_bounded_seeds(
     config: impl Fn(u64) -> SimConfig,
 ) {
     let _turn = TURN.lock();
+    logs_from_env();
     let seeds = seeds_from_env(0..SEEDS_MAX).expect("SIM_SEED / SIM_SEEDS parse");
     let started = Instant::now();
     planted::set(switch, true);
@@ -187,6 +189,7 @@ fn planted_forget_alarm_before_take_is_caught() {
 #[test]
 fn without_planted_bugs_their_scenarios_are_clean() {
     let _turn = TURN.lock();
+    logs_from_env();
     let seeds = seeds_from_env(0..SEEDS_MAX).expect("SIM_SEED / SIM_SEEDS parse");
     for seed in seeds {
         for (name, config) in [
