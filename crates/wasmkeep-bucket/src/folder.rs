@@ -1913,27 +1913,21 @@ fn fail_unapplied(plans: &mut [Plan], batch: &[WriteRequest], what: &str, e: &io
 /// concurrent syncs share the file system's journal commits, where a loop
 /// would wait for one commit per file. A thread is started when a job finds
 /// none idle (up to the pool's limit) and then kept (spawning per batch
-/// costs about as much as a sync on a busy machine); all stop when the last
-/// clone of the pool is dropped. In journal mode most processes never start
-/// one.
+/// costs about as much as a sync on a busy machine); all stop when the pool
+/// is dropped. In journal mode most processes never start one.
 ///
 /// A job goes straight to the thread that became idle last (its stack and
 /// caches are warm) and wakes only that thread. A shared receiver behind a
 /// lock instead passed every job through the lock's queue of waiters: about
 /// six thread switches per sync (measured when the journal flushed here),
 /// spread over all the threads.
-#[derive(Clone)]
-pub(crate) struct SyncPool {
-    handle: Arc<SyncPoolHandle>,
-}
-
-/// Owned by the pool's clones only: the last one dropped stops the threads.
-struct SyncPoolHandle {
+struct SyncPool {
+    /// Shared with the threads, which hold it until they return.
     state: Arc<parking_lot::Mutex<SyncState>>,
     threads_max: usize,
 }
 
-impl Drop for SyncPoolHandle {
+impl Drop for SyncPool {
     fn drop(&mut self) {
         let idle = {
             let mut state = self.state.lock();
@@ -2023,15 +2017,13 @@ fn sync_thread(shared: &parking_lot::Mutex<SyncState>) {
 impl SyncPool {
     fn new(threads_max: usize) -> Self {
         SyncPool {
-            handle: Arc::new(SyncPoolHandle {
-                state: Arc::new(parking_lot::Mutex::new(SyncState {
-                    threads: 0,
-                    queued: VecDeque::new(),
-                    idle: Vec::new(),
-                    stopped: false,
-                })),
-                threads_max,
-            }),
+            state: Arc::new(parking_lot::Mutex::new(SyncState {
+                threads: 0,
+                queued: VecDeque::new(),
+                idle: Vec::new(),
+                stopped: false,
+            })),
+            threads_max,
         }
     }
 
@@ -2047,7 +2039,7 @@ impl SyncPool {
             data_only,
             done: done.clone(),
         };
-        let mut state = self.handle.state.lock();
+        let mut state = self.state.lock();
         if state.stopped {
             return Err(io::Error::other("sync threads stopped"));
         }
@@ -2058,8 +2050,8 @@ impl SyncPool {
                 slot.thread.unpark();
             }
             None => {
-                if state.threads < self.handle.threads_max {
-                    let shared = Arc::clone(&self.handle.state);
+                if state.threads < self.threads_max {
+                    let shared = Arc::clone(&self.state);
                     match std::thread::Builder::new()
                         .name("wasmkeep-folder-sync".to_owned())
                         .spawn(move || sync_thread(&shared))
@@ -2226,9 +2218,9 @@ mod tests {
             })
             .collect();
         let pool = SyncPool::new(4);
-        let threads = || pool.handle.state.lock().threads;
+        let threads = || pool.state.lock().threads;
         assert_eq!(threads(), 0, "no thread before the first job");
-        let shared = Arc::downgrade(&pool.handle.state);
+        let shared = Arc::downgrade(&pool.state);
         let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
         pool.sync_all(&refs, true).expect("all synced");
         assert!((1..=4).contains(&threads()), "{} threads", threads());
