@@ -13,7 +13,8 @@
 //! SeaweedFS when `WASMKEEP_BENCH_S3=1`.
 //!
 //! `cargo bench -p wasmkeep-store --bench commit` (WASMKEEP_BENCH_SECS sets
-//! the seconds per scenario, default 3).
+//! the seconds per scenario, default 3; WASMKEEP_BENCH_ONLY=1000 runs the
+//! scenarios whose name contains "1000").
 
 use std::io::Write;
 use std::sync::Arc;
@@ -321,13 +322,18 @@ fn report(backend: &str, scenario: &str, o: &Outcome, fsync_ms: Option<f64>) {
     );
 }
 
-fn scenarios() -> [(&'static str, usize, usize); 4] {
+/// The scenarios, or those whose name contains `WASMKEEP_BENCH_ONLY`.
+fn scenarios() -> Vec<(&'static str, usize, usize)> {
+    let only = std::env::var("WASMKEEP_BENCH_ONLY").unwrap_or_default();
     [
         ("hot actor, 1 writer", 1, 1),
         ("hot actor, 16 writers", 1, 16),
         ("hot actor, 64 writers", 1, 64),
         ("1000 actors, 64 writers", 1000, 64),
     ]
+    .into_iter()
+    .filter(|(name, _, _)| name.contains(only.as_str()))
+    .collect()
 }
 
 #[allow(clippy::print_stdout)] // a benchmark reports on stdout
