@@ -580,10 +580,13 @@ impl FolderBucket {
             .await
             .map_err(|_| unavailable())?;
         // A dropped reply after enqueueing: the committer died mid-batch.
-        self.polling.answer(answer).await.map_err(|_| Error::OutcomeUnknown {
-            key: key.to_owned(),
-            reason: "the folder committer stopped".to_owned(),
-        })?
+        self.polling
+            .answer(answer)
+            .await
+            .map_err(|_| Error::OutcomeUnknown {
+                key: key.to_owned(),
+                reason: "the folder committer stopped".to_owned(),
+            })?
     }
 
     /// Runs `read` on this thread as [`Reader::Inline`] and, if that would
@@ -1344,7 +1347,9 @@ impl Committer {
     fn run(mut self, mut receiver: mpsc::Receiver<WriteRequest>) {
         let mut arrivals = Arrivals::default();
         while let Some(first) = arrivals.next(&mut receiver) {
-            self.polling.quick.store(arrivals.polls(), Ordering::Release);
+            self.polling
+                .quick
+                .store(arrivals.polls(), Ordering::Release);
             let mut batch = vec![first];
             while batch.len() < COMMIT_BATCH_WRITES_MAX {
                 match receiver.try_recv() {
@@ -2316,7 +2321,10 @@ mod tests {
             let first = arrivals.next(&mut receiver).expect("the queued write");
             assert_eq!(first.key, "a");
             drop(sender);
-            assert!(arrivals.next(&mut receiver).is_none(), "polling {polling}: the end");
+            assert!(
+                arrivals.next(&mut receiver).is_none(),
+                "polling {polling}: the end"
+            );
         }
     }
 
@@ -2331,9 +2339,7 @@ mod tests {
         tokio::spawn(async move {
             let _others: Vec<_> = (0..alongside).map(|_| polling.write_sent()).collect();
             let _in_flight = polling.write_sent();
-            polling
-                .answer_within(answer, Duration::from_secs(60))
-                .await
+            polling.answer_within(answer, Duration::from_secs(60)).await
         })
     }
 
