@@ -1233,7 +1233,7 @@ struct Polling {
     /// The committer polls for its next write ([`Arrivals::polls`]).
     quick: AtomicBool,
     /// A writer is polling for its answer (one at a time).
-    polling: AtomicBool,
+    writer_polls: AtomicBool,
 }
 
 /// Counts a write as in flight until dropped.
@@ -1278,9 +1278,9 @@ impl Polling {
     ) -> std::result::Result<T, oneshot::error::RecvError> {
         if self.in_flight.load(Ordering::Acquire) == 1
             && self.quick.load(Ordering::Acquire)
-            && !self.polling.swap(true, Ordering::AcqRel)
+            && !self.writer_polls.swap(true, Ordering::AcqRel)
         {
-            let _polling = PollingNow(&self.polling);
+            let _polling = PollingNow(&self.writer_polls);
             let started = Instant::now();
             loop {
                 match answer.try_recv() {
@@ -2343,11 +2343,27 @@ mod tests {
         })
     }
 
+    /// Shared state as while writes come in quick succession.
+    fn quick_polling() -> Arc<Polling> {
+        let polling = Arc::new(Polling::default());
+        polling.quick.store(true, Ordering::Release);
+        polling
+    }
+
+    /// A lone write's answer, which it polls for.
+    async fn answered_polling(polling: &Arc<Polling>, value: u32) {
+        let (reply, answer) = oneshot::channel();
+        let waiting = waiter(polling, answer, 0);
+        until_polling(polling).await;
+        reply.send(value).expect("the writer waits");
+        assert_eq!(waiting.await.expect("joined").expect("answered"), value);
+    }
+
     /// Until a writer polls; it does at its first wait, so a few turns of
     /// the (single-threaded) test runtime are plenty.
     async fn until_polling(polling: &Polling) {
         for _ in 0..1000 {
-            if polling.polling.load(Ordering::Acquire) {
+            if polling.writer_polls.load(Ordering::Acquire) {
                 return;
             }
             tokio::task::yield_now().await;
@@ -2359,14 +2375,12 @@ mod tests {
     /// mark of a polling writer and the write's count go when it is answered.
     #[tokio::test]
     async fn a_lone_write_polls_for_its_answer_while_writes_come_quickly() {
-        let polling = Arc::new(Polling::default());
-        polling.quick.store(true, Ordering::Release);
-        let (reply, answer) = oneshot::channel();
-        let waiting = waiter(&polling, answer, 0);
-        until_polling(&polling).await;
-        reply.send(7).expect("the writer waits");
-        assert_eq!(waiting.await.expect("joined").expect("answered"), 7);
-        assert!(!polling.polling.load(Ordering::Acquire), "the poll ended");
+        let polling = quick_polling();
+        answered_polling(&polling, 7).await;
+        assert!(
+            !polling.writer_polls.load(Ordering::Acquire),
+            "the poll ended"
+        );
         assert_eq!(polling.in_flight.load(Ordering::Acquire), 0);
     }
 
@@ -2382,7 +2396,7 @@ mod tests {
             tokio::task::yield_now().await;
             assert_eq!(polling.in_flight.load(Ordering::Acquire), alongside + 1);
             assert!(
-                !polling.polling.load(Ordering::Acquire),
+                !polling.writer_polls.load(Ordering::Acquire),
                 "quick {quick}, {alongside} alongside: it polls"
             );
             reply.send(3).expect("the writer waits");
@@ -2394,20 +2408,15 @@ mod tests {
     /// neither its mark nor its count behind, so the next lone write polls.
     #[tokio::test]
     async fn a_writer_dropped_while_polling_leaves_no_mark() {
-        let polling = Arc::new(Polling::default());
-        polling.quick.store(true, Ordering::Release);
+        let polling = quick_polling();
         let (_reply, answer) = oneshot::channel();
         let waiting = waiter(&polling, answer, 0);
         until_polling(&polling).await;
         waiting.abort();
         assert!(waiting.await.expect_err("aborted").is_cancelled());
-        assert!(!polling.polling.load(Ordering::Acquire));
+        assert!(!polling.writer_polls.load(Ordering::Acquire));
         assert_eq!(polling.in_flight.load(Ordering::Acquire), 0);
-        let (reply, answer) = oneshot::channel();
-        let waiting = waiter(&polling, answer, 0);
-        until_polling(&polling).await;
-        reply.send(1).expect("the writer waits");
-        assert_eq!(waiting.await.expect("joined").expect("answered"), 1);
+        answered_polling(&polling, 1).await;
     }
 
     /// The pool keeps files up to its byte limit (sizes in whole blocks) and
