@@ -104,6 +104,9 @@ pub const SYNC_THREADS_MAX: usize = 32;
 pub const TEMP_FILE_STALE_AGE: Duration = Duration::from_secs(3600);
 /// The lock file of one process's temporary files: `.tmp/<prefix>.lock`.
 const TEMP_LOCK_SUFFIX: &str = ".lock";
+/// A lock file while it is being locked (see `lock_file_in_place`); one
+/// left by a crash goes by age like any unclaimed temporary file.
+const LOCKING_SUFFIX: &str = ".locking";
 
 /// Inode reuse (see the module docs): a file replaced or deleted by the
 /// committer is kept under `.tmp/` and rewritten as a later temporary file,
@@ -471,16 +474,16 @@ impl FolderBucket {
         fs::create_dir_all(root.join(TEMP_DIR)).map_err(|e| config("create .tmp", e))?;
         let temp_prefix = format!("{}.{:016x}", std::process::id(), rand::random::<u64>());
         // Held (exclusive flock) for the committer's life: the temporary
-        // and pooled files named after it are this process's own.
-        let temp_lock = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(
-                root.join(TEMP_DIR)
-                    .join(format!("{temp_prefix}{TEMP_LOCK_SUFFIX}")),
-            )
-            .and_then(|f| flock(&f, libc::LOCK_EX | libc::LOCK_NB).map(|()| f))
-            .map_err(|e| config("create the temporary files' lock", e))?;
+        // and pooled files named after it are this process's own. Locked
+        // under a name the search for gone processes' pools passes over,
+        // then renamed (the lock goes with the file): under its own name an
+        // unlocked lock file would look like a gone process's to another
+        // process opening the folder at that moment, which would take it.
+        let temp_lock = lock_file_in_place(
+            &root.join(TEMP_DIR),
+            &format!("{temp_prefix}{TEMP_LOCK_SUFFIX}"),
+        )
+        .map_err(|e| config("create the temporary files' lock", e))?;
         // The files of gone processes are looked at on a thread of their
         // own: a pool of tens of thousands of them takes the kernel tens of
         // milliseconds to list, which would delay the node's start. The
@@ -634,6 +637,24 @@ struct Adopted {
 /// the rest are removed. A live process's files are never touched, however old (a pooled
 /// file keeps the time its object was written). Files of builds that kept no
 /// lock go by age ([`TEMP_FILE_STALE_AGE`]).
+/// Creates `dir/name` already locked (exclusive `flock`): the file is made
+/// and locked as `name` plus [`LOCKING_SUFFIX`], which nobody takes for a
+/// lock file, then renamed.
+fn lock_file_in_place(dir: &Path, name: &str) -> io::Result<File> {
+    let locking = dir.join(format!("{name}{LOCKING_SUFFIX}"));
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&locking)?;
+    let placed = flock(&file, libc::LOCK_EX | libc::LOCK_NB)
+        .and_then(|()| fs::rename(&locking, dir.join(name)));
+    if let Err(e) = placed {
+        let _ = fs::remove_file(&locking);
+        return Err(e);
+    }
+    Ok(file)
+}
+
 fn adopt_temp_files(temp_dir: &Path) -> Adopted {
     let mut adopted = Adopted {
         prefixes: Vec::new(),

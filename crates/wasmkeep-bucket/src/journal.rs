@@ -41,7 +41,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -595,6 +595,15 @@ fn dead_journals(dir: &Path) -> io::Result<Vec<(PathBuf, File)>> {
     Ok(out)
 }
 
+/// Removes a dead journal. Its process may have stopped cleanly and removed
+/// it after `dead_journals` opened it (the lock was free once it was gone).
+fn remove_dead_journal(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Recovery at open; the caller holds the exclusive epoch lock.
 fn recover(
     root: &Path,
@@ -622,15 +631,18 @@ fn recover(
         syncfs(root_dir)?;
         raise_durable(durable_file, epoch)?;
         for (path, _lock) in &dead {
-            fs::remove_file(path)?;
+            remove_dead_journal(path)?;
         }
         return Ok(());
     }
     // Another boot (or the first open): replay what may have been lost.
     let mut last: HashMap<String, Decoded> = HashMap::new();
     let mut highest = epoch.max(durable);
-    for (path, _lock) in &dead {
-        let bytes = fs::read(path)?;
+    for (_, journal) in &dead {
+        // From the locked file, not its path: its owner, stopping, may have
+        // removed it after we opened it.
+        let mut bytes = Vec::new();
+        (&*journal).read_to_end(&mut bytes)?;
         let half = bytes.len().min(REGION_BYTES as usize);
         let regions = decode_all(&bytes[..half])
             .into_iter()
@@ -657,7 +669,7 @@ fn recover(
     epoch_file.sync_data()?;
     raise_durable(durable_file, highest)?;
     for (path, _lock) in &dead {
-        fs::remove_file(path)?;
+        remove_dead_journal(path)?;
     }
     let temp = dir.join(format!("{BOOT_FILE}.tmp"));
     fs::write(&temp, boot_id)?;

@@ -1102,3 +1102,30 @@ async fn folder_open_adopts_only_the_temporary_files_of_processes_that_are_gone(
     drop(live_lock);
     Ok(())
 }
+
+/// Buckets opening one folder at the same moment all start: a process
+/// looking for the pools of gone processes must never take a live one's
+/// lock between its creation and its `flock` (seen in CI as "create the
+/// temporary files' lock: Resource temporarily unavailable").
+#[test]
+fn buckets_opening_one_folder_at_once_all_start() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_path_buf();
+    for round in 0..500 {
+        let opened: Vec<_> = (0..4)
+            .map(|_| {
+                let root = root.clone();
+                std::thread::spawn(move || wasmkeep_bucket::FolderBucket::open(&root))
+            })
+            .collect();
+        let mut buckets = Vec::new();
+        for handle in opened {
+            let bucket = handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("an opening thread panicked"))?
+                .map_err(|e| anyhow::anyhow!("round {round}: {e}"))?;
+            buckets.push(bucket);
+        }
+    }
+    Ok(())
+}
