@@ -34,6 +34,12 @@
 //!   removed; the entries of a batch that died before renaming (never
 //!   answered) are dropped with them.
 //!
+//! The journal's inode gets an inode-table block of its own: pad files
+//! (`.wal/p.<journal name>.<n>`, empty and never changed) fill the rest of
+//! it, because on ext4 without a journal every `fdatasync` of the journal
+//! also writes that block whenever any inode in it changed (ADR 0029,
+//! "The journal's inode alone"). Pads go with their journal.
+//!
 //! Bodies larger than [`JOURNAL_BODY_MAX`] are not copied into the journal:
 //! they are written the old way (file synced before the rename, folder synced
 //! after) and the journal gets a marker for their key once they are durable,
@@ -58,6 +64,15 @@ const EPOCH_FILE: &str = "epoch";
 const DURABLE_FILE: &str = "durable";
 const BOOT_FILE: &str = "boot";
 const JOURNAL_PREFIX: &str = "j.";
+const PAD_PREFIX: &str = "p.";
+/// Inodes whose places are taken around the journal's: an aligned run this
+/// long covers the inode-table block holding the journal's inode for every
+/// inode size from 128 bytes (32 per 4 KiB block) up.
+const PAD_GROUP: u64 = 32;
+/// Most pad files made in search of a whole aligned run; without one the
+/// journal goes unpadded (a file system that does not hand out inode
+/// numbers in order, or a busy one).
+const PAD_FILES_MAX: usize = 512;
 
 /// Largest journal file: two regions of half this size (see [`Journal`]); a
 /// full region waits for a checkpoint.
@@ -303,6 +318,8 @@ pub(crate) struct Journal {
     regions: [Region; 2],
     buffer: Vec<u8>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
+    /// The pad files around the journal's inode (empty when unpadded).
+    pads: Vec<PathBuf>,
 }
 
 /// Where one region of the journal stands.
@@ -349,9 +366,11 @@ impl Journal {
         };
         flock(&epoch_exclusive, libc::LOCK_EX)?;
         let recovered = recover(root, &dir, &root_dir, &epoch_exclusive, &durable, &boot_id);
-        let created = recovered.and_then(|()| create_journal_file(&dir));
+        let created = recovered
+            .and_then(|()| remove_orphan_pads(&dir))
+            .and_then(|()| create_journal_file(&dir));
         let unlocked = flock(&epoch_exclusive, libc::LOCK_UN);
-        let (path, file) = created?;
+        let (path, file, pads) = created?;
         unlocked?;
         let durable_now = read_durable(&durable)?;
         let shared = Arc::new(Shared {
@@ -383,6 +402,7 @@ impl Journal {
             }; 2],
             buffer: Vec::new(),
             checkpointer: Some(checkpointer),
+            pads,
         })
     }
 
@@ -509,6 +529,11 @@ impl Journal {
         }
         if let Err(e) = fs::remove_file(&self.path) {
             tracing::warn!(path = %self.path.display(), error = %e, "folder bucket: could not remove the journal");
+            return;
+        }
+        // Any left behind go at the next open (`remove_orphan_pads`).
+        for pad in &self.pads {
+            let _ = fs::remove_file(pad);
         }
     }
 
@@ -548,18 +573,26 @@ fn checkpoint_loop(shared: &Shared, interval: Duration) {
 }
 
 /// Creates this process's journal: zero-filled, locked, and durable as a
-/// folder entry before any batch relies on it.
-fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File)> {
+/// folder entry before any batch relies on it; padded where the file system
+/// allows (returns the pads). The caller holds the exclusive epoch lock.
+fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File, Vec<PathBuf>)> {
     let name = format!(
         "{JOURNAL_PREFIX}{}.{:016x}",
         std::process::id(),
         rand::random::<u64>()
     );
-    let path = dir.join(name);
+    let path = dir.join(&name);
+    let pads = match pad_journal(dir, &name, &path) {
+        Ok(pads) => pads,
+        Err(e) => {
+            tracing::debug!(error = %e, "folder bucket: the journal goes unpadded");
+            None
+        }
+    };
     let file = OpenOptions::new()
         .read(true)
         .write(true)
-        .create_new(true)
+        .create_new(pads.is_none())
         .open(&path)?;
     flock(&file, libc::LOCK_EX)?;
     let zeros = vec![0u8; usize::try_from(JOURNAL_ZEROED_START).expect("small")];
@@ -568,7 +601,120 @@ fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File)> {
     }
     file.sync_all()?;
     File::open(dir)?.sync_all()?;
-    Ok((path, file))
+    Ok((path, file, pads.unwrap_or_default()))
+}
+
+/// Makes empty pad files (`p.<name>.<n>`) until they hold every inode of an
+/// aligned run of [`PAD_GROUP`], then renames one in the middle of the run
+/// to `path` (the journal, so its inode-table block holds nothing that
+/// changes but the journal) and removes the pads outside the run. Returns
+/// the pads kept, or `None` (and no pads left) when no run came together
+/// within [`PAD_FILES_MAX`] files. ext4 hands out the lowest free inode
+/// of the folder's group, so a run is usually whole within 2 x
+/// [`PAD_GROUP`] files.
+fn pad_journal(dir: &Path, name: &str, path: &Path) -> io::Result<Option<Vec<PathBuf>>> {
+    let mut made: std::collections::BTreeMap<u64, PathBuf> = std::collections::BTreeMap::new();
+    let mut run = None;
+    let mut failed = None;
+    for n in 0..PAD_FILES_MAX {
+        let pad = dir.join(format!("{PAD_PREFIX}{name}.{n}"));
+        let file = match OpenOptions::new().write(true).create_new(true).open(&pad) {
+            Ok(file) => file,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
+        let ino = match inode_number(&file) {
+            Ok(ino) => ino,
+            Err(e) => {
+                let _ = fs::remove_file(&pad);
+                failed = Some(e);
+                break;
+            }
+        };
+        made.insert(ino, pad);
+        let start = ino.saturating_sub(1) / PAD_GROUP * PAD_GROUP + 1;
+        if made.range(start..start + PAD_GROUP).count() == PAD_GROUP as usize {
+            run = Some(start);
+            break;
+        }
+    }
+    let journal = run.map(|start| start + PAD_GROUP / 2);
+    let mut kept = Vec::new();
+    for (ino, pad) in made {
+        let in_run = run.is_some_and(|start| (start..start + PAD_GROUP).contains(&ino));
+        if Some(ino) == journal {
+            if let Err(e) = fs::rename(&pad, path) {
+                let _ = fs::remove_file(&pad);
+                failed.get_or_insert(e);
+            }
+        } else if in_run && failed.is_none() {
+            kept.push(pad);
+        } else {
+            let _ = fs::remove_file(&pad);
+        }
+    }
+    match failed {
+        Some(e) => {
+            for pad in kept {
+                let _ = fs::remove_file(pad);
+            }
+            Err(e)
+        }
+        None if run.is_some() => Ok(Some(kept)),
+        None => Ok(None),
+    }
+}
+
+/// The inode number of an open file (`statx` for the number only: asking
+/// for times would mark them seen, see `shape_of` in `folder.rs`).
+fn inode_number(file: &File) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero `statx` is a valid value of this plain C struct.
+    let mut out: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is an empty NUL-terminated string, which with
+    // `AT_EMPTY_PATH` names the open descriptor; `out` is valid for writes.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_STATX_SYNC_AS_STAT,
+            libc::STATX_INO,
+            &mut out,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(out.stx_ino)
+}
+
+/// Removes the pads whose journal is gone: a process that stopped without
+/// removing them, or died while making them. The caller holds the exclusive
+/// epoch lock, under which journals are made and removed, and has removed
+/// the dead journals.
+fn remove_orphan_pads(dir: &Path) -> io::Result<()> {
+    let mut names = std::collections::HashSet::new();
+    for entry in fs::read_dir(dir)? {
+        names.insert(entry?.file_name().to_string_lossy().into_owned());
+    }
+    for name in &names {
+        let Some(journal) = name
+            .strip_prefix(PAD_PREFIX)
+            .and_then(|rest| rest.rsplit_once('.'))
+            .map(|(journal, _)| journal)
+        else {
+            continue;
+        };
+        if !names.contains(journal) {
+            match fs::remove_file(dir.join(name)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The journals of processes that are gone (their lock is free), locked.
@@ -777,6 +923,87 @@ mod tests {
         // Tear the slot of 6: the other slot (5) still answers.
         file.write_all_at(&[0xff; 4], 0)?;
         assert_eq!(read_durable(&file)?, 5);
+        Ok(())
+    }
+
+    fn test_options() -> JournalOptions {
+        JournalOptions {
+            boot_id: Some("test-boot".to_owned()),
+            checkpoint_interval: Duration::from_secs(3600),
+        }
+    }
+
+    fn pads_on_disk(wal: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(wal)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if name.starts_with(PAD_PREFIX) {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn names_of(paths: &[PathBuf]) -> Vec<String> {
+        let mut names: Vec<String> = paths
+            .iter()
+            .filter_map(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn the_journal_shares_its_inode_table_block_with_its_pads_only() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let wal = dir.path().join(JOURNAL_DIR);
+        let journal = Journal::open(dir.path(), &test_options())?;
+        if journal.pads.is_empty() {
+            // A file system that did not hand out a whole run: nothing is
+            // left of the attempt.
+            assert!(pads_on_disk(&wal)?.is_empty());
+        } else {
+            let ino = inode_number(&journal.file)?;
+            let start = (ino - 1) / PAD_GROUP * PAD_GROUP + 1;
+            let mut run = vec![ino];
+            for pad in &journal.pads {
+                run.push(inode_number(&File::open(pad)?)?);
+            }
+            run.sort_unstable();
+            assert_eq!(run, (start..start + PAD_GROUP).collect::<Vec<_>>());
+            // Every pad made outside the run is gone.
+            assert_eq!(pads_on_disk(&wal)?, names_of(&journal.pads));
+        }
+        let path = journal.path.clone();
+        journal.close();
+        assert!(!path.exists());
+        assert!(pads_on_disk(&wal)?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn pads_stay_while_their_journal_does_and_go_with_it() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let wal = dir.path().join(JOURNAL_DIR);
+        let first = Journal::open(dir.path(), &test_options())?;
+        // A gone process's pads, its journal already removed.
+        for n in 0..3 {
+            File::create(wal.join(format!("{PAD_PREFIX}j.1.00000000000000ab.{n}")))?;
+        }
+        let second = Journal::open(dir.path(), &test_options())?;
+        let mut live = names_of(&first.pads);
+        live.extend(names_of(&second.pads));
+        live.sort();
+        assert_eq!(pads_on_disk(&wal)?, live);
+        let (first_path, second_path) = (first.path.clone(), second.path.clone());
+        first.close();
+        assert!(!first_path.exists());
+        assert_eq!(pads_on_disk(&wal)?, names_of(&second.pads));
+        second.close();
+        assert!(!second_path.exists());
+        assert!(pads_on_disk(&wal)?.is_empty());
         Ok(())
     }
 }
