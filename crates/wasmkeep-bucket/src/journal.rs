@@ -73,6 +73,10 @@ const PAD_GROUP: u64 = 32;
 /// journal goes unpadded (a file system that does not hand out inode
 /// numbers in order, or a busy one).
 const PAD_FILES_MAX: usize = 512;
+/// Longest time spent making pad files: beside many recent deletions, each
+/// new inode on ext4 without a journal scans past them (ADR 0027), and one
+/// pad took 330 µs instead of 15.
+const PAD_TIME_MAX: Duration = Duration::from_millis(5);
 
 /// Largest journal file: two regions of half this size (see [`Journal`]); a
 /// full region waits for a checkpoint.
@@ -365,10 +369,8 @@ impl Journal {
             None => current_boot_id()?,
         };
         flock(&epoch_exclusive, libc::LOCK_EX)?;
-        let recovered = recover(root, &dir, &root_dir, &epoch_exclusive, &durable, &boot_id);
-        let created = recovered
-            .and_then(|()| remove_orphan_pads(&dir))
-            .and_then(|()| create_journal_file(&dir));
+        let created = recover(root, &dir, &root_dir, &epoch_exclusive, &durable, &boot_id)
+            .and_then(|dead| take_journal(&dir, dead));
         let unlocked = flock(&epoch_exclusive, libc::LOCK_UN);
         let (path, file, pads) = created?;
         unlocked?;
@@ -572,6 +574,57 @@ fn checkpoint_loop(shared: &Shared, interval: Duration) {
     }
 }
 
+/// This process's journal: a gone process's padded journal taken over (its
+/// entries are all durable now, so a replay skips them, and its pads still
+/// surround it), else a new one. Removes the other gone journals and the
+/// pads whose journal is gone. The caller holds the exclusive epoch lock.
+fn take_journal(
+    dir: &Path,
+    dead: Vec<(PathBuf, File)>,
+) -> io::Result<(PathBuf, File, Vec<PathBuf>)> {
+    let names = names_in(dir)?;
+    let mut taken = None;
+    for (path, lock) in dead {
+        if taken.is_none()
+            && let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned())
+        {
+            let prefix = format!("{PAD_PREFIX}{name}.");
+            let pads: Vec<PathBuf> = names
+                .iter()
+                .filter(|n| n.starts_with(&prefix))
+                .map(|n| dir.join(n))
+                .collect();
+            if !pads.is_empty() {
+                // The lock moves to a descriptor that can write; nobody else
+                // looks for gone journals while we hold the epoch lock.
+                let reopened = OpenOptions::new().read(true).write(true).open(&path);
+                drop(lock);
+                if let Ok(file) = reopened
+                    && flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+                {
+                    taken = Some((path, file, pads));
+                    continue;
+                }
+            }
+        }
+        remove_dead_journal(&path)?;
+    }
+    remove_orphan_pads(dir)?;
+    match taken {
+        Some(journal) => Ok(journal),
+        None => create_journal_file(dir),
+    }
+}
+
+/// The names in a folder.
+fn names_in(dir: &Path) -> io::Result<std::collections::HashSet<String>> {
+    let mut names = std::collections::HashSet::new();
+    for entry in fs::read_dir(dir)? {
+        names.insert(entry?.file_name().to_string_lossy().into_owned());
+    }
+    Ok(names)
+}
+
 /// Creates this process's journal: zero-filled, locked, and durable as a
 /// folder entry before any batch relies on it; padded where the file system
 /// allows (returns the pads). The caller holds the exclusive epoch lock.
@@ -582,8 +635,16 @@ fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File, Vec<PathBuf>)> 
         rand::random::<u64>()
     );
     let path = dir.join(&name);
+    let started = std::time::Instant::now();
     let pads = match pad_journal(dir, &name, &path) {
-        Ok(pads) => pads,
+        Ok(pads) => {
+            tracing::debug!(
+                pads = pads.as_ref().map_or(0, Vec::len),
+                micros = started.elapsed().as_micros(),
+                "folder bucket: journal created"
+            );
+            pads
+        }
         Err(e) => {
             tracing::debug!(error = %e, "folder bucket: the journal goes unpadded");
             None
@@ -607,16 +668,22 @@ fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File, Vec<PathBuf>)> 
 /// Makes empty pad files (`p.<name>.<n>`) until they hold every inode of an
 /// aligned run of [`PAD_GROUP`], then renames one in the middle of the run
 /// to `path` (the journal, so its inode-table block holds nothing that
-/// changes but the journal) and removes the pads outside the run. Returns
-/// the pads kept, or `None` (and no pads left) when no run came together
-/// within [`PAD_FILES_MAX`] files. ext4 hands out the lowest free inode
-/// of the folder's group, so a run is usually whole within 2 x
-/// [`PAD_GROUP`] files.
+/// changes but the journal). Returns the pads, or `None` (and no pads left)
+/// when no run came together within [`PAD_FILES_MAX`] files and
+/// [`PAD_TIME_MAX`]. ext4 hands out
+/// the lowest free inode of the folder's group: the first pads fill the
+/// group's holes, then they come in order. Those below the run stay with
+/// the others: removing them would free inodes that every file created in
+/// the next minute scans past on ext4 without a journal (ADR 0027).
 fn pad_journal(dir: &Path, name: &str, path: &Path) -> io::Result<Option<Vec<PathBuf>>> {
     let mut made: std::collections::BTreeMap<u64, PathBuf> = std::collections::BTreeMap::new();
     let mut run = None;
     let mut failed = None;
+    let started = std::time::Instant::now();
     for n in 0..PAD_FILES_MAX {
+        if started.elapsed() > PAD_TIME_MAX {
+            break;
+        }
         let pad = dir.join(format!("{PAD_PREFIX}{name}.{n}"));
         let file = match OpenOptions::new().write(true).create_new(true).open(&pad) {
             Ok(file) => file,
@@ -640,31 +707,23 @@ fn pad_journal(dir: &Path, name: &str, path: &Path) -> io::Result<Option<Vec<Pat
             break;
         }
     }
-    let journal = run.map(|start| start + PAD_GROUP / 2);
-    let mut kept = Vec::new();
-    for (ino, pad) in made {
-        let in_run = run.is_some_and(|start| (start..start + PAD_GROUP).contains(&ino));
-        if Some(ino) == journal {
-            if let Err(e) = fs::rename(&pad, path) {
-                let _ = fs::remove_file(&pad);
-                failed.get_or_insert(e);
-            }
-        } else if in_run && failed.is_none() {
-            kept.push(pad);
-        } else {
-            let _ = fs::remove_file(&pad);
+    let Some(start) = run else {
+        for pad in made.into_values() {
+            let _ = fs::remove_file(pad);
         }
-    }
-    match failed {
-        Some(e) => {
-            for pad in kept {
-                let _ = fs::remove_file(pad);
-            }
-            Err(e)
+        return failed.map_or(Ok(None), Err);
+    };
+    let pad = made
+        .remove(&(start + PAD_GROUP / 2))
+        .expect("the run is whole");
+    if let Err(e) = fs::rename(&pad, path) {
+        let _ = fs::remove_file(&pad);
+        for pad in made.into_values() {
+            let _ = fs::remove_file(pad);
         }
-        None if run.is_some() => Ok(Some(kept)),
-        None => Ok(None),
+        return Err(e);
     }
+    Ok(Some(made.into_values().collect()))
 }
 
 /// The inode number of an open file (`statx` for the number only: asking
@@ -690,15 +749,12 @@ fn inode_number(file: &File) -> io::Result<u64> {
     Ok(out.stx_ino)
 }
 
-/// Removes the pads whose journal is gone: a process that stopped without
-/// removing them, or died while making them. The caller holds the exclusive
-/// epoch lock, under which journals are made and removed, and has removed
-/// the dead journals.
+/// Removes the pads whose journal is gone: a journal removed at a clean
+/// close or by `take_journal`, or one that died while its pads were made.
+/// The caller holds the exclusive epoch lock, under which journals are
+/// made, taken over and removed.
 fn remove_orphan_pads(dir: &Path) -> io::Result<()> {
-    let mut names = std::collections::HashSet::new();
-    for entry in fs::read_dir(dir)? {
-        names.insert(entry?.file_name().to_string_lossy().into_owned());
-    }
+    let names = names_in(dir)?;
     for name in &names {
         let Some(journal) = name
             .strip_prefix(PAD_PREFIX)
@@ -750,7 +806,9 @@ fn remove_dead_journal(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Recovery at open; the caller holds the exclusive epoch lock.
+/// Recovery at open; the caller holds the exclusive epoch lock. Returns the
+/// journals of gone processes, still locked, every entry of theirs durable
+/// in place: the caller takes one over or removes them.
 fn recover(
     root: &Path,
     dir: &Path,
@@ -758,7 +816,7 @@ fn recover(
     epoch_file: &File,
     durable_file: &File,
     boot_id: &str,
-) -> io::Result<()> {
+) -> io::Result<Vec<(PathBuf, File)>> {
     let boot_path = dir.join(BOOT_FILE);
     let last_boot = match fs::read_to_string(&boot_path) {
         Ok(s) => Some(s.trim().to_owned()),
@@ -770,16 +828,13 @@ fn recover(
     let durable = read_durable(durable_file)?;
     if last_boot.as_deref() == Some(boot_id) {
         if dead.is_empty() {
-            return Ok(());
+            return Ok(dead);
         }
         // Same boot: the page cache holds what the dead processes renamed.
         epoch_file.write_all_at(&(epoch + 1).to_le_bytes(), 0)?;
         syncfs(root_dir)?;
         raise_durable(durable_file, epoch)?;
-        for (path, _lock) in &dead {
-            remove_dead_journal(path)?;
-        }
-        return Ok(());
+        return Ok(dead);
     }
     // Another boot (or the first open): replay what may have been lost.
     let mut last: HashMap<String, Decoded> = HashMap::new();
@@ -814,9 +869,6 @@ fn recover(
     epoch_file.write_all_at(&(highest + 1).to_le_bytes(), 0)?;
     epoch_file.sync_data()?;
     raise_durable(durable_file, highest)?;
-    for (path, _lock) in &dead {
-        remove_dead_journal(path)?;
-    }
     let temp = dir.join(format!("{BOOT_FILE}.tmp"));
     fs::write(&temp, boot_id)?;
     File::open(&temp)?.sync_all()?;
@@ -829,7 +881,7 @@ fn recover(
             "folder bucket: replayed the journals of the last boot"
         );
     }
-    Ok(())
+    Ok(dead)
 }
 
 /// Applies one entry again (not synced: recovery syncs the file system once).
@@ -972,8 +1024,8 @@ mod tests {
                 run.push(inode_number(&File::open(pad)?)?);
             }
             run.sort_unstable();
+            run.retain(|i| (start..start + PAD_GROUP).contains(i));
             assert_eq!(run, (start..start + PAD_GROUP).collect::<Vec<_>>());
-            // Every pad made outside the run is gone.
             assert_eq!(pads_on_disk(&wal)?, names_of(&journal.pads));
         }
         let path = journal.path.clone();
@@ -1003,6 +1055,53 @@ mod tests {
         assert_eq!(pads_on_disk(&wal)?, names_of(&second.pads));
         second.close();
         assert!(!second_path.exists());
+        assert!(pads_on_disk(&wal)?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_gone_padded_journal_is_taken_over_and_one_without_pads_removed() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let wal = dir.path().join(JOURNAL_DIR);
+        let first = Journal::open(dir.path(), &test_options())?;
+        let (first_path, first_pads) = (first.path.clone(), names_of(&first.pads));
+        // Gone without a clean close (a crash, or a stop that left it).
+        drop(first);
+        // And a gone journal of a build without pads.
+        let unpadded = wal.join(format!("{JOURNAL_PREFIX}1.00000000000000cd"));
+        File::create(&unpadded)?;
+        let mut second = Journal::open(dir.path(), &test_options())?;
+        assert!(!unpadded.exists());
+        if first_pads.is_empty() {
+            // Unpadded (a file system without a whole run): a new journal.
+            assert_ne!(second.path, first_path);
+            assert!(!first_path.exists());
+        } else {
+            assert_eq!(second.path, first_path);
+            assert_eq!(names_of(&second.pads), first_pads);
+            assert_eq!(pads_on_disk(&wal)?, first_pads);
+        }
+        // The journal taken over writes and reads back as its own.
+        let epoch = second.begin_batch()?;
+        let entry = Entry {
+            index: 0,
+            kind: EntryKind::Put,
+            key: "a/b",
+            body: b"after the takeover",
+        };
+        second.append(epoch, 1, &[entry], || {})?;
+        second.end_batch()?;
+        let bytes = fs::read(&second.path)?;
+        let index = usize::try_from(epoch % 2).expect("0 or 1");
+        let region = &bytes[usize::try_from(Region::base(index)).expect("small")..];
+        let decoded = decode_all(region);
+        assert_eq!(decoded[0].body, b"after the takeover");
+        assert_eq!(decoded[0].epoch, epoch);
+        // A journal in use is never taken.
+        let third = Journal::open(dir.path(), &test_options())?;
+        assert_ne!(third.path, second.path);
+        third.close();
+        second.close();
         assert!(pads_on_disk(&wal)?.is_empty());
         Ok(())
     }
