@@ -35,7 +35,7 @@
 //!   answered) are dropped with them.
 //!
 //! The journal's inode gets an inode-table block of its own: pad files
-//! (`.wal/p.<journal name>.<n>`, empty and never changed) fill the rest of
+//! (in `.wal/p.<journal name>/`, empty and never changed) fill the rest of
 //! it, because on ext4 without a journal every `fdatasync` of the journal
 //! also writes that block whenever any inode in it changed (ADR 0029,
 //! "The journal's inode alone"). Pads go with their journal.
@@ -322,8 +322,9 @@ pub(crate) struct Journal {
     regions: [Region; 2],
     buffer: Vec<u8>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
-    /// The pad files around the journal's inode (empty when unpadded).
-    pads: Vec<PathBuf>,
+    /// The folder of the pad files around the journal's inode (`None`:
+    /// unpadded).
+    pads: Option<PathBuf>,
 }
 
 /// Where one region of the journal stands.
@@ -533,9 +534,9 @@ impl Journal {
             tracing::warn!(path = %self.path.display(), error = %e, "folder bucket: could not remove the journal");
             return;
         }
-        // Any left behind go at the next open (`remove_orphan_pads`).
-        for pad in &self.pads {
-            let _ = fs::remove_file(pad);
+        // If they stay, they go at the next open (`remove_orphan_pads`).
+        if let Some(pads) = &self.pads {
+            let _ = fs::remove_dir_all(pads);
         }
     }
 
@@ -581,30 +582,26 @@ fn checkpoint_loop(shared: &Shared, interval: Duration) {
 fn take_journal(
     dir: &Path,
     dead: Vec<(PathBuf, File)>,
-) -> io::Result<(PathBuf, File, Vec<PathBuf>)> {
+) -> io::Result<(PathBuf, File, Option<PathBuf>)> {
     let names = names_in(dir)?;
     let mut taken = None;
     for (path, lock) in dead {
+        let pads = path
+            .file_name()
+            .map(|name| format!("{PAD_PREFIX}{}", name.to_string_lossy()))
+            .filter(|pads| names.contains(pads));
         if taken.is_none()
-            && let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned())
+            && let Some(pads) = pads
         {
-            let prefix = format!("{PAD_PREFIX}{name}.");
-            let pads: Vec<PathBuf> = names
-                .iter()
-                .filter(|n| n.starts_with(&prefix))
-                .map(|n| dir.join(n))
-                .collect();
-            if !pads.is_empty() {
-                // The lock moves to a descriptor that can write; nobody else
-                // looks for gone journals while we hold the epoch lock.
-                let reopened = OpenOptions::new().read(true).write(true).open(&path);
-                drop(lock);
-                if let Ok(file) = reopened
-                    && flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
-                {
-                    taken = Some((path, file, pads));
-                    continue;
-                }
+            // The lock moves to a descriptor that can write; nobody else
+            // looks for gone journals while we hold the epoch lock.
+            let reopened = OpenOptions::new().read(true).write(true).open(&path);
+            drop(lock);
+            if let Ok(file) = reopened
+                && flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+            {
+                taken = Some((path, file, Some(dir.join(pads))));
+                continue;
             }
         }
         remove_dead_journal(&path)?;
@@ -628,7 +625,7 @@ fn names_in(dir: &Path) -> io::Result<std::collections::HashSet<String>> {
 /// Creates this process's journal: zero-filled, locked, and durable as a
 /// folder entry before any batch relies on it; padded where the file system
 /// allows (returns the pads). The caller holds the exclusive epoch lock.
-fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File, Vec<PathBuf>)> {
+fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File, Option<PathBuf>)> {
     let name = format!(
         "{JOURNAL_PREFIX}{}.{:016x}",
         std::process::id(),
@@ -639,7 +636,7 @@ fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File, Vec<PathBuf>)> 
     let pads = match pad_journal(dir, &name, &path) {
         Ok(pads) => {
             tracing::debug!(
-                pads = pads.as_ref().map_or(0, Vec::len),
+                padded = pads.is_some(),
                 micros = started.elapsed().as_micros(),
                 "folder bucket: journal created"
             );
@@ -662,20 +659,28 @@ fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File, Vec<PathBuf>)> 
     }
     file.sync_all()?;
     File::open(dir)?.sync_all()?;
-    Ok((path, file, pads.unwrap_or_default()))
+    Ok((path, file, pads))
 }
 
-/// Makes empty pad files (`p.<name>.<n>`) until they hold every inode of an
-/// aligned run of [`PAD_GROUP`], then renames one in the middle of the run
-/// to `path` (the journal, so its inode-table block holds nothing that
-/// changes but the journal). Returns the pads, or `None` (and no pads left)
-/// when no run came together within [`PAD_FILES_MAX`] files and
-/// [`PAD_TIME_MAX`]. ext4 hands out
-/// the lowest free inode of the folder's group: the first pads fill the
-/// group's holes, then they come in order. Those below the run stay with
-/// the others: removing them would free inodes that every file created in
-/// the next minute scans past on ext4 without a journal (ADR 0027).
-fn pad_journal(dir: &Path, name: &str, path: &Path) -> io::Result<Option<Vec<PathBuf>>> {
+/// Makes empty pad files in a new folder `p.<name>` until they hold every
+/// inode of an aligned run of [`PAD_GROUP`], then renames one in the middle
+/// of the run to `path` (the journal, so its inode-table block holds nothing
+/// that changes but the journal). Returns the pads' folder, or `None` (and
+/// no pads left) when no run came together within [`PAD_FILES_MAX`] files
+/// and [`PAD_TIME_MAX`].
+///
+/// ext4 hands out the lowest free inode of the folder's group, so in a
+/// group with holes (files deleted there) the pads would first fill them,
+/// one by one. `dir` is therefore flagged `TOPDIR`, so that ext4 places the
+/// pads' folder like a top-level one, in a group with more free inodes than
+/// average (Orlov), where they come in order. Pads that filled holes all
+/// the same stay with the others: removing them would free inodes that
+/// every file created in the next minute scans past on ext4 without a
+/// journal (ADR 0027).
+fn pad_journal(dir: &Path, name: &str, path: &Path) -> io::Result<Option<PathBuf>> {
+    mark_top_folder(dir);
+    let folder = dir.join(format!("{PAD_PREFIX}{name}"));
+    fs::create_dir(&folder)?;
     let mut made: std::collections::BTreeMap<u64, PathBuf> = std::collections::BTreeMap::new();
     let mut run = None;
     let mut failed = None;
@@ -684,7 +689,7 @@ fn pad_journal(dir: &Path, name: &str, path: &Path) -> io::Result<Option<Vec<Pat
         if started.elapsed() > PAD_TIME_MAX {
             break;
         }
-        let pad = dir.join(format!("{PAD_PREFIX}{name}.{n}"));
+        let pad = folder.join(n.to_string());
         let file = match OpenOptions::new().write(true).create_new(true).open(&pad) {
             Ok(file) => file,
             Err(e) => {
@@ -695,7 +700,6 @@ fn pad_journal(dir: &Path, name: &str, path: &Path) -> io::Result<Option<Vec<Pat
         let ino = match inode_number(&file) {
             Ok(ino) => ino,
             Err(e) => {
-                let _ = fs::remove_file(&pad);
                 failed = Some(e);
                 break;
             }
@@ -707,23 +711,42 @@ fn pad_journal(dir: &Path, name: &str, path: &Path) -> io::Result<Option<Vec<Pat
             break;
         }
     }
-    let Some(start) = run else {
-        for pad in made.into_values() {
-            let _ = fs::remove_file(pad);
+    let placed = match run {
+        Some(start) => {
+            let pad = made
+                .remove(&(start + PAD_GROUP / 2))
+                .expect("the run is whole");
+            fs::rename(&pad, path).map(|()| true)
         }
-        return failed.map_or(Ok(None), Err);
+        None => failed.map_or(Ok(false), Err),
     };
-    let pad = made
-        .remove(&(start + PAD_GROUP / 2))
-        .expect("the run is whole");
-    if let Err(e) = fs::rename(&pad, path) {
-        let _ = fs::remove_file(&pad);
-        for pad in made.into_values() {
-            let _ = fs::remove_file(pad);
-        }
-        return Err(e);
+    if !matches!(placed, Ok(true)) {
+        let _ = fs::remove_dir_all(&folder);
     }
-    Ok(Some(made.into_values().collect()))
+    Ok(placed?.then_some(folder))
+}
+
+/// Sets ext4's `TOPDIR` flag on a folder (`chattr +T`): folders made in it
+/// are spread over the file system like top-level ones. Where the flag is
+/// refused (another file system, another owner) nothing changes.
+fn mark_top_folder(dir: &Path) {
+    use std::os::fd::AsRawFd;
+    const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
+    let Ok(folder) = File::open(dir) else {
+        return;
+    };
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one int to the pointer, which is valid
+    // for writes for the duration of the call.
+    if unsafe { libc::ioctl(folder.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) } != 0
+        || flags & FS_TOPDIR_FL != 0
+    {
+        return;
+    }
+    flags |= FS_TOPDIR_FL;
+    // SAFETY: FS_IOC_SETFLAGS reads one int from the pointer, valid for the
+    // duration of the call.
+    let _ = unsafe { libc::ioctl(folder.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) };
 }
 
 /// The inode number of an open file (`statx` for the number only: asking
@@ -756,15 +779,11 @@ fn inode_number(file: &File) -> io::Result<u64> {
 fn remove_orphan_pads(dir: &Path) -> io::Result<()> {
     let names = names_in(dir)?;
     for name in &names {
-        let Some(journal) = name
-            .strip_prefix(PAD_PREFIX)
-            .and_then(|rest| rest.rsplit_once('.'))
-            .map(|(journal, _)| journal)
-        else {
+        let Some(journal) = name.strip_prefix(PAD_PREFIX) else {
             continue;
         };
         if !names.contains(journal) {
-            match fs::remove_file(dir.join(name)) {
+            match fs::remove_dir_all(dir.join(name)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                 _ => {}
             }
@@ -985,26 +1004,21 @@ mod tests {
         }
     }
 
-    fn pads_on_disk(wal: &Path) -> io::Result<Vec<String>> {
-        let mut names = Vec::new();
-        for entry in fs::read_dir(wal)? {
-            let name = entry?.file_name().to_string_lossy().into_owned();
-            if name.starts_with(PAD_PREFIX) {
-                names.push(name);
-            }
-        }
+    /// The pad folders in `.wal`, by name.
+    fn pad_folders(wal: &Path) -> io::Result<Vec<String>> {
+        let mut names: Vec<String> = names_in(wal)?
+            .into_iter()
+            .filter(|name| name.starts_with(PAD_PREFIX))
+            .collect();
         names.sort();
         Ok(names)
     }
 
-    fn names_of(paths: &[PathBuf]) -> Vec<String> {
-        let mut names: Vec<String> = paths
-            .iter()
+    fn name_of(pads: &Option<PathBuf>) -> Vec<String> {
+        pads.iter()
             .filter_map(|p| p.file_name())
             .map(|n| n.to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
+            .collect()
     }
 
     #[test]
@@ -1012,26 +1026,27 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let wal = dir.path().join(JOURNAL_DIR);
         let journal = Journal::open(dir.path(), &test_options())?;
-        if journal.pads.is_empty() {
+        match &journal.pads {
             // A file system that did not hand out a whole run: nothing is
             // left of the attempt.
-            assert!(pads_on_disk(&wal)?.is_empty());
-        } else {
-            let ino = inode_number(&journal.file)?;
-            let start = (ino - 1) / PAD_GROUP * PAD_GROUP + 1;
-            let mut run = vec![ino];
-            for pad in &journal.pads {
-                run.push(inode_number(&File::open(pad)?)?);
+            None => assert!(pad_folders(&wal)?.is_empty()),
+            Some(pads) => {
+                let ino = inode_number(&journal.file)?;
+                let start = (ino - 1) / PAD_GROUP * PAD_GROUP + 1;
+                let mut run = vec![ino];
+                for entry in fs::read_dir(pads)? {
+                    run.push(inode_number(&File::open(entry?.path())?)?);
+                }
+                run.sort_unstable();
+                run.retain(|i| (start..start + PAD_GROUP).contains(i));
+                assert_eq!(run, (start..start + PAD_GROUP).collect::<Vec<_>>());
+                assert_eq!(pad_folders(&wal)?, name_of(&journal.pads));
             }
-            run.sort_unstable();
-            run.retain(|i| (start..start + PAD_GROUP).contains(i));
-            assert_eq!(run, (start..start + PAD_GROUP).collect::<Vec<_>>());
-            assert_eq!(pads_on_disk(&wal)?, names_of(&journal.pads));
         }
         let path = journal.path.clone();
         journal.close();
         assert!(!path.exists());
-        assert!(pads_on_disk(&wal)?.is_empty());
+        assert!(pad_folders(&wal)?.is_empty());
         Ok(())
     }
 
@@ -1041,21 +1056,24 @@ mod tests {
         let wal = dir.path().join(JOURNAL_DIR);
         let first = Journal::open(dir.path(), &test_options())?;
         // A gone process's pads, its journal already removed.
+        let orphan = wal.join(format!("{PAD_PREFIX}j.1.00000000000000ab"));
+        fs::create_dir(&orphan)?;
         for n in 0..3 {
-            File::create(wal.join(format!("{PAD_PREFIX}j.1.00000000000000ab.{n}")))?;
+            File::create(orphan.join(n.to_string()))?;
         }
         let second = Journal::open(dir.path(), &test_options())?;
-        let mut live = names_of(&first.pads);
-        live.extend(names_of(&second.pads));
+        assert!(!orphan.exists());
+        let mut live = name_of(&first.pads);
+        live.extend(name_of(&second.pads));
         live.sort();
-        assert_eq!(pads_on_disk(&wal)?, live);
+        assert_eq!(pad_folders(&wal)?, live);
         let (first_path, second_path) = (first.path.clone(), second.path.clone());
         first.close();
         assert!(!first_path.exists());
-        assert_eq!(pads_on_disk(&wal)?, names_of(&second.pads));
+        assert_eq!(pad_folders(&wal)?, name_of(&second.pads));
         second.close();
         assert!(!second_path.exists());
-        assert!(pads_on_disk(&wal)?.is_empty());
+        assert!(pad_folders(&wal)?.is_empty());
         Ok(())
     }
 
@@ -1064,7 +1082,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let wal = dir.path().join(JOURNAL_DIR);
         let first = Journal::open(dir.path(), &test_options())?;
-        let (first_path, first_pads) = (first.path.clone(), names_of(&first.pads));
+        let (first_path, first_pads) = (first.path.clone(), first.pads.clone());
         // Gone without a clean close (a crash, or a stop that left it).
         drop(first);
         // And a gone journal of a build without pads.
@@ -1072,14 +1090,14 @@ mod tests {
         File::create(&unpadded)?;
         let mut second = Journal::open(dir.path(), &test_options())?;
         assert!(!unpadded.exists());
-        if first_pads.is_empty() {
+        if first_pads.is_none() {
             // Unpadded (a file system without a whole run): a new journal.
             assert_ne!(second.path, first_path);
             assert!(!first_path.exists());
         } else {
             assert_eq!(second.path, first_path);
-            assert_eq!(names_of(&second.pads), first_pads);
-            assert_eq!(pads_on_disk(&wal)?, first_pads);
+            assert_eq!(second.pads, first_pads);
+            assert_eq!(pad_folders(&wal)?, name_of(&first_pads));
         }
         // The journal taken over writes and reads back as its own.
         let epoch = second.begin_batch()?;
@@ -1102,7 +1120,7 @@ mod tests {
         assert_ne!(third.path, second.path);
         third.close();
         second.close();
-        assert!(pads_on_disk(&wal)?.is_empty());
+        assert!(pad_folders(&wal)?.is_empty());
         Ok(())
     }
 }
