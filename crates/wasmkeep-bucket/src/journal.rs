@@ -624,7 +624,8 @@ fn names_in(dir: &Path) -> io::Result<std::collections::HashSet<String>> {
 
 /// Creates this process's journal: zero-filled, locked, and durable as a
 /// folder entry before any batch relies on it; padded where the file system
-/// allows (returns the pads). The caller holds the exclusive epoch lock.
+/// allows (returns the pads' folder). The caller holds the exclusive epoch
+/// lock.
 fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File, Option<PathBuf>)> {
     let name = format!(
         "{JOURNAL_PREFIX}{}.{:016x}",
@@ -783,7 +784,13 @@ fn remove_orphan_pads(dir: &Path) -> io::Result<()> {
             continue;
         };
         if !names.contains(journal) {
-            match fs::remove_dir_all(dir.join(name)) {
+            let path = dir.join(name);
+            // A folder of pads, or a pad file of an earlier build.
+            let removed = match fs::remove_dir_all(&path) {
+                Err(e) if e.kind() == io::ErrorKind::NotADirectory => fs::remove_file(&path),
+                other => other,
+            };
+            match removed {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                 _ => {}
             }
@@ -1061,8 +1068,13 @@ mod tests {
         for n in 0..3 {
             File::create(orphan.join(n.to_string()))?;
         }
+        // And a pad file of an earlier build, which kept pads beside the
+        // journal rather than in a folder.
+        let loose = wal.join(format!("{PAD_PREFIX}j.2.00000000000000ef.0"));
+        File::create(&loose)?;
         let second = Journal::open(dir.path(), &test_options())?;
         assert!(!orphan.exists());
+        assert!(!loose.exists());
         let mut live = name_of(&first.pads);
         live.extend(name_of(&second.pads));
         live.sort();
