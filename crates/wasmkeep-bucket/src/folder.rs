@@ -285,26 +285,44 @@ struct Shape {
 /// (ADR 0029).
 fn shape_of(path: &Path) -> io::Result<Shape> {
     let path = c_path(path)?;
+    let out = statx_only(
+        libc::AT_FDCWD,
+        &path,
+        0,
+        libc::STATX_TYPE | libc::STATX_SIZE,
+    )?;
+    Ok(Shape {
+        dir: u32::from(out.stx_mode) & libc::S_IFMT == libc::S_IFDIR,
+        len: out.stx_size,
+    })
+}
+
+/// `statx` of `path` relative to `dirfd` (with `flags`, such as
+/// `AT_EMPTY_PATH`), asking for the fields in `mask` only: never for a
+/// timestamp unless the caller means to (see `shape_of`).
+pub(crate) fn statx_only(
+    dirfd: libc::c_int,
+    path: &std::ffi::CStr,
+    flags: libc::c_int,
+    mask: libc::c_uint,
+) -> io::Result<libc::statx> {
     // SAFETY: an all-zero `statx` is a valid value of this plain C struct.
     let mut out: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is NUL-terminated and `out` is valid for writes; both
     // outlive the call.
     let rc = unsafe {
         libc::statx(
-            libc::AT_FDCWD,
+            dirfd,
             path.as_ptr(),
-            libc::AT_STATX_SYNC_AS_STAT,
-            libc::STATX_TYPE | libc::STATX_SIZE,
+            flags | libc::AT_STATX_SYNC_AS_STAT,
+            mask,
             &mut out,
         )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(Shape {
-        dir: u32::from(out.stx_mode) & libc::S_IFMT == libc::S_IFDIR,
-        len: out.stx_size,
-    })
+    Ok(out)
 }
 
 /// Where a read runs, and so how long it may block.

@@ -56,7 +56,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::folder::{flock, open_counter_file, syncfs};
+use crate::folder::{flock, open_counter_file, statx_only, syncfs};
 
 /// The journal folder under the bucket's root (reserved, never an object).
 pub(crate) const JOURNAL_DIR: &str = ".wal";
@@ -750,27 +750,11 @@ fn mark_top_folder(dir: &Path) {
     let _ = unsafe { libc::ioctl(folder.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) };
 }
 
-/// The inode number of an open file (`statx` for the number only: asking
-/// for times would mark them seen, see `shape_of` in `folder.rs`).
+/// The inode number of an open file (asking for the number only, see
+/// `statx_only`).
 fn inode_number(file: &File) -> io::Result<u64> {
     use std::os::fd::AsRawFd;
-    // SAFETY: an all-zero `statx` is a valid value of this plain C struct.
-    let mut out: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: the path is an empty NUL-terminated string, which with
-    // `AT_EMPTY_PATH` names the open descriptor; `out` is valid for writes.
-    let rc = unsafe {
-        libc::statx(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_STATX_SYNC_AS_STAT,
-            libc::STATX_INO,
-            &mut out,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(out.stx_ino)
+    statx_only(file.as_raw_fd(), c"", libc::AT_EMPTY_PATH, libc::STATX_INO).map(|out| out.stx_ino)
 }
 
 /// Removes the pads whose journal is gone: a journal removed at a clean
