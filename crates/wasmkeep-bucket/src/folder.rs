@@ -177,14 +177,32 @@ pub struct FolderOptions {
     pub inode_reuse_grace: Option<Duration>,
 }
 
-/// The `file://` bucket. Cheap to share behind an `Arc`; dropping the last
-/// handle stops its committer thread after the queued writes.
+/// The `file://` bucket. Cheap to share behind an `Arc`; dropping it stops
+/// its committer thread after the queued writes and waits for that thread's
+/// last checkpoint, so that a process that drops its bucket before it exits
+/// leaves every write durable in place and no journal to recover.
 pub struct FolderBucket {
     root: Arc<PathBuf>,
     queue: mpsc::Sender<WriteRequest>,
     polling: Arc<Polling>,
     /// Becomes `true` once the files of gone processes were looked at.
     adopted: watch::Receiver<bool>,
+    /// Last: fields drop in order, so `queue` is gone (the committer sees the
+    /// end of its queue) before this waits for the thread.
+    _committer: CommitterThread,
+}
+
+/// The committer thread, waited for when the bucket is dropped.
+struct CommitterThread(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for CommitterThread {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            // A panic in the committer was already reported by the thread;
+            // its writers got "outcome unknown".
+            let _ = handle.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for FolderBucket {
@@ -557,7 +575,7 @@ impl FolderBucket {
             adoption: Some(adopted_rx),
             pool,
         };
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("wasmkeep-folder-commit".to_owned())
             .spawn(move || committer.run(receiver))
             .map_err(|e| config("start the committer thread", e))?;
@@ -566,6 +584,7 @@ impl FolderBucket {
             queue,
             polling,
             adopted,
+            _committer: CommitterThread(Some(thread)),
         })
     }
 
