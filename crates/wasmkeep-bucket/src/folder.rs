@@ -104,6 +104,8 @@ pub const SYNC_THREADS_MAX: usize = 32;
 pub const TEMP_FILE_STALE_AGE: Duration = Duration::from_secs(3600);
 /// The lock file of one process's temporary files: `.tmp/<prefix>.lock`.
 const TEMP_LOCK_SUFFIX: &str = ".lock";
+/// Longest a dropped bucket waits for its committer's last checkpoint.
+pub const CLOSE_WAIT_MAX: Duration = Duration::from_secs(10);
 /// A lock file while it is being locked (see `lock_file_in_place`); one
 /// left by a crash goes by age like any unclaimed temporary file.
 const LOCKING_SUFFIX: &str = ".locking";
@@ -192,15 +194,56 @@ pub struct FolderBucket {
     _committer: CommitterThread,
 }
 
-/// The committer thread, waited for when the bucket is dropped.
-struct CommitterThread(Option<std::thread::JoinHandle<()>>);
+/// The committer thread, waited for when the bucket is dropped (at most
+/// [`CLOSE_WAIT_MAX`]).
+struct CommitterThread {
+    handle: Option<std::thread::JoinHandle<()>>,
+    /// [`CLOSE_WAIT_MAX`] (tests shorten it).
+    wait_max: Duration,
+    /// Disconnected when the thread ends (its sender goes with it). In a
+    /// mutex only to make the bucket `Sync`; `drop` needs no lock.
+    ended: parking_lot::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl CommitterThread {
+    /// Starts `run` on the committer's thread.
+    fn spawn(wait_max: Duration, run: impl FnOnce() + Send + 'static) -> io::Result<Self> {
+        let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("wasmkeep-folder-commit".to_owned())
+            .spawn(move || {
+                // Dropped when `run` returns or unwinds: the bucket's drop
+                // then sees the thread end.
+                let _ended = ended_tx;
+                run();
+            })?;
+        Ok(CommitterThread {
+            handle: Some(handle),
+            wait_max,
+            ended: parking_lot::Mutex::new(ended),
+        })
+    }
+}
 
 impl Drop for CommitterThread {
     fn drop(&mut self) {
-        if let Some(handle) = self.0.take() {
+        match self.ended.get_mut().recv_timeout(self.wait_max) {
             // A panic in the committer was already reported by the thread;
             // its writers got "outcome unknown".
-            let _ = handle.join();
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                if let Some(handle) = self.handle.take() {
+                    let _ = handle.join();
+                }
+            }
+            // A file system that does not answer: the process may go on
+            // (and exit) without it; the journal stays for the next open to
+            // recover, as after a crash.
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                tracing::warn!(
+                    "folder bucket: the committer's last checkpoint did not end within {:?}; not waiting longer",
+                    self.wait_max
+                );
+            }
         }
     }
 }
@@ -575,16 +618,15 @@ impl FolderBucket {
             adoption: Some(adopted_rx),
             pool,
         };
-        let thread = std::thread::Builder::new()
-            .name("wasmkeep-folder-commit".to_owned())
-            .spawn(move || committer.run(receiver))
-            .map_err(|e| config("start the committer thread", e))?;
+        let committer_thread =
+            CommitterThread::spawn(CLOSE_WAIT_MAX, move || committer.run(receiver))
+                .map_err(|e| config("start the committer thread", e))?;
         Ok(FolderBucket {
             root,
             queue,
             polling,
             adopted,
-            _committer: CommitterThread(Some(thread)),
+            _committer: committer_thread,
         })
     }
 
@@ -2360,6 +2402,52 @@ mod tests {
         assert!(!arrivals.polls(), "still two long waits of four");
         arrivals.note(short);
         assert!(arrivals.polls(), "three short waits again resume it");
+    }
+
+    #[test]
+    fn a_dropped_bucket_waits_for_its_committer_but_not_for_ever() {
+        // The thread ends after a little work: the drop returns after it
+        // ended (without the wait, the flag would most likely still be
+        // unset when the drop returned).
+        let ended = Arc::new(AtomicBool::new(false));
+        let thread = CommitterThread::spawn(Duration::from_secs(60), {
+            let ended = Arc::clone(&ended);
+            move || {
+                for _ in 0..1_000 {
+                    std::thread::yield_now();
+                }
+                ended.store(true, Ordering::SeqCst);
+            }
+        })
+        .expect("spawn");
+        drop(thread);
+        assert!(ended.load(Ordering::SeqCst), "the drop waited for the end");
+
+        // The thread hangs (a file system that does not answer): the drop
+        // gives up after its limit and leaves the thread running.
+        let ended = Arc::new(AtomicBool::new(false));
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let thread = CommitterThread::spawn(Duration::from_millis(20), {
+            let ended = Arc::clone(&ended);
+            move || {
+                let _ = wait.recv();
+                ended.store(true, Ordering::SeqCst);
+            }
+        })
+        .expect("spawn");
+        drop(thread);
+        assert!(
+            !ended.load(Ordering::SeqCst),
+            "the drop did not wait for ever"
+        );
+        drop(go);
+
+        // A thread that panics ends too.
+        let thread = CommitterThread::spawn(Duration::from_secs(60), || {
+            panic!("a committer bug");
+        })
+        .expect("spawn");
+        drop(thread);
     }
 
     /// Polling or sleeping, the committer takes a queued write and sees the
