@@ -268,6 +268,11 @@ pub fn register_vfs() {
             // then contend for. Refused (SQLITE_MISUSE) if SQLite is already
             // initialized, which only costs that speed.
             let _ = ffi::sqlite3_config(ffi::SQLITE_CONFIG_MEMSTATUS, 0 as c_int);
+            // No lookaside: SQLite would reserve 48 KiB per connection for
+            // its small allocations, which mimalloc serves about as fast;
+            // with 1,000 busy actors (connections open) the node used 4-8
+            // MiB less at the same throughput (ADR 0024, 2026-12-01).
+            let _ = ffi::sqlite3_config(ffi::SQLITE_CONFIG_LOOKASIDE, 0 as c_int, 0 as c_int);
             crate::alloc::install();
             let default = ffi::sqlite3_vfs_find(std::ptr::null());
             assert!(!default.is_null(), "SQLite has no default VFS");
