@@ -200,15 +200,16 @@ struct CommitterThread {
     handle: Option<std::thread::JoinHandle<()>>,
     /// [`CLOSE_WAIT_MAX`] (tests shorten it).
     wait_max: Duration,
-    /// Disconnected when the thread ends (its sender goes with it). In a
-    /// mutex only to make the bucket `Sync`; `drop` needs no lock.
-    ended: parking_lot::Mutex<std::sync::mpsc::Receiver<()>>,
+    /// Disconnected when the thread ends (its sender goes with it; nothing
+    /// is ever sent). In a mutex only to make the bucket `Sync`; `drop`
+    /// needs no lock.
+    ended: parking_lot::Mutex<std::sync::mpsc::Receiver<std::convert::Infallible>>,
 }
 
 impl CommitterThread {
     /// Starts `run` on the committer's thread.
     fn spawn(wait_max: Duration, run: impl FnOnce() + Send + 'static) -> io::Result<Self> {
-        let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
+        let (ended_tx, ended) = std::sync::mpsc::channel::<std::convert::Infallible>();
         let handle = std::thread::Builder::new()
             .name("wasmkeep-folder-commit".to_owned())
             .spawn(move || {
@@ -228,9 +229,10 @@ impl CommitterThread {
 impl Drop for CommitterThread {
     fn drop(&mut self) {
         match self.ended.get_mut().recv_timeout(self.wait_max) {
+            Ok(never) => match never {},
             // A panic in the committer was already reported by the thread;
             // its writers got "outcome unknown".
-            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 if let Some(handle) = self.handle.take() {
                     let _ = handle.join();
                 }
