@@ -1,6 +1,8 @@
 //! A signed node call over plain HTTP and over TLS reaches a real listener,
 //! which verifies it with the cluster key.
 
+#![allow(clippy::unwrap_used)]
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
