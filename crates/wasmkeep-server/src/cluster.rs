@@ -34,6 +34,50 @@ pub const MARKER_TAKE: &str = "x-wasmkeep-take";
 pub const HEADER_RELEASED: &str = "x-wasmkeep-released";
 /// Response header naming the node that ran the event.
 pub const HEADER_NODE: &str = "x-wasmkeep-node";
+/// Response header naming the node that holds the actor: on a take's 409
+/// (ADR 0017), and on a 503 from a peer that got a forwarded request or
+/// relayed socket for an actor held by yet another node (nothing ran there;
+/// the sender may send it to that node itself, once: ADR 0005, amended).
+/// Guests cannot set it.
+pub const HEADER_HOLDER: &str = "x-wasmkeep-holder";
+
+/// What a peer's answer to a forwarded request asks of the sender, which
+/// may still hold a copy of the request.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum HandBack {
+    /// An answer like any other: it goes to the client.
+    None,
+    /// A 503 marked released: the draining peer handed the actor over;
+    /// look it up again (ADR 0014).
+    Released,
+    /// A 503 naming the holder: the peer sees the actor held by that node.
+    Moved(NodeId),
+}
+
+/// Reads the hand-back markers of a forwarded request's answer and removes
+/// them (they never reach a client).
+pub(crate) fn hand_back(response: &mut Response) -> HandBack {
+    let marker = |name: &str| {
+        response
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let released = marker(HEADER_RELEASED).is_some();
+    let holder = marker(HEADER_HOLDER);
+    response.headers.retain(|(n, _)| {
+        !n.eq_ignore_ascii_case(HEADER_RELEASED) && !n.eq_ignore_ascii_case(HEADER_HOLDER)
+    });
+    if response.status != 503 {
+        return HandBack::None;
+    }
+    match (released, holder.and_then(|h| NodeId::new(h).ok())) {
+        (true, _) => HandBack::Released,
+        (false, Some(holder)) => HandBack::Moved(holder),
+        (false, None) => HandBack::None,
+    }
+}
 
 /// Longest a hand-off or forward waits when the node has no better limit.
 const ALARM_HAND_OFF_TIME_MAX: Duration = Duration::from_secs(10);
@@ -219,10 +263,11 @@ pub async fn forward_request(
 ) -> Result<Routed> {
     if let Hop::Forwarded { from } = &hop {
         node.metrics.forward_loops.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(%actor, %peer, %from, "a forwarded request found the actor elsewhere again; 503 instead of a second hop");
-        return Err(Error::unavailable(format!(
-            "actor {actor} is moving between nodes; retry"
-        )));
+        tracing::info!(%actor, %peer, %from, "a forwarded request found the actor elsewhere again; 503 naming the holder instead of a second hop");
+        return Err(Error::Moved {
+            actor: actor.to_string(),
+            holder: peer.clone(),
+        });
     }
     let client = transport(node, actor, peer)?;
     let (rest, query) = split_query(&request.path);
@@ -607,6 +652,54 @@ mod tests {
         assert_eq!(decode_chain(&text).expect("decodes"), chain);
         assert!(decode_chain("demo/ks").is_err());
         assert!(decode_chain("%FF").is_err());
+    }
+
+    fn answer(status: u16, headers: &[(&str, &str)]) -> Response {
+        Response {
+            status,
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn hand_backs_are_read_from_503s_only_and_never_reach_the_client() {
+        let mut moved = answer(503, &[("X-Wasmkeep-Holder", "n3"), ("retry-after", "1")]);
+        assert_eq!(
+            hand_back(&mut moved),
+            HandBack::Moved(NodeId::new("n3").expect("valid"))
+        );
+        assert_eq!(moved.headers, vec![("retry-after".into(), "1".into())]);
+
+        let mut released = answer(503, &[(HEADER_RELEASED, "1"), (HEADER_HOLDER, "n3")]);
+        assert_eq!(hand_back(&mut released), HandBack::Released);
+        assert!(released.headers.is_empty());
+
+        // An actor's own 503, a holder on another status, a malformed node id.
+        for (status, headers) in [
+            (503, vec![("content-type", "text/plain")]),
+            (200, vec![(HEADER_HOLDER, "n3")]),
+            (409, vec![(HEADER_RELEASED, "1")]),
+            (503, vec![(HEADER_HOLDER, "not a node id")]),
+        ] {
+            let mut response = answer(status, &headers);
+            assert_eq!(
+                hand_back(&mut response),
+                HandBack::None,
+                "{status} {headers:?}"
+            );
+            assert!(
+                response
+                    .headers
+                    .iter()
+                    .all(|(n, _)| !n.starts_with("x-wasmkeep-")),
+                "markers removed: {:?}",
+                response.headers
+            );
+        }
     }
 
     #[test]

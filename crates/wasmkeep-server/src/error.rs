@@ -33,6 +33,14 @@ pub enum Error {
     /// the actor and run the request itself (ADR 0014).
     #[error("actor {actor} was released by this draining node; node {peer} takes it")]
     Released { actor: String, peer: String },
+    /// A forwarded request or relayed socket found the actor held by yet
+    /// another node: nothing ran here and it is not sent on (one hop); the
+    /// sender may send it to `holder` itself, once (ADR 0005, amended).
+    #[error("actor {actor} is held by node {holder}, not by this node; retry")]
+    Moved {
+        actor: String,
+        holder: wasmkeep_types::NodeId,
+    },
     /// The actor is held by another node (learned while activating it here).
     #[error("actor is held by node {node}")]
     HeldElsewhere { node: wasmkeep_types::NodeId },
@@ -85,6 +93,7 @@ impl Error {
             | Error::Store(_)
             | Error::HeldElsewhere { .. }
             | Error::Released { .. }
+            | Error::Moved { .. }
             | Error::Cluster(_) => 503,
             Error::Runtime(_) | Error::Config(_) | Error::Io(_) => 500,
         }
@@ -106,6 +115,7 @@ impl Error {
             | Error::HeldElsewhere { .. }
             | Error::Cluster(_) => "unavailable",
             Error::Released { .. } => "released",
+            Error::Moved { .. } => "moved",
             Error::Call(_) => "call_refused",
             Error::Component(_) => "component_refused",
             Error::Runtime(_) => "runtime",
@@ -122,6 +132,7 @@ impl Error {
             | Error::Store(_)
             | Error::HeldElsewhere { .. }
             | Error::Released { .. }
+            | Error::Moved { .. }
             | Error::Cluster(_) => Some(RETRY_AFTER_DEFAULT_S),
             _ => None,
         }

@@ -152,6 +152,10 @@ pub fn error_response(error: &Error) -> HttpResponse {
         // Only node code sets it: guests cannot set `x-wasmkeep-*` headers.
         builder = builder.header(cluster::HEADER_RELEASED, "1");
     }
+    if let Error::Moved { holder, .. } = error {
+        // Node code only, as above: the sender sends the event there, once.
+        builder = builder.header(cluster::HEADER_HOLDER, holder.as_str());
+    }
     builder
         .body(Full::new(Bytes::from(error.json_body())))
         .expect("a status from Error::status and static headers are valid")
@@ -565,6 +569,22 @@ mod tests {
         assert_eq!(response.status(), 503);
         assert_eq!(response.headers()["retry-after"], "1");
         assert_eq!(response.headers()[crate::cluster::HEADER_RELEASED], "1");
+    }
+
+    #[test]
+    fn a_moved_actor_answers_503_naming_the_holder() {
+        let response = error_response(&Error::Moved {
+            actor: "t/counter/a".into(),
+            holder: wasmkeep_types::NodeId::new("n3").expect("valid"),
+        });
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["retry-after"], "1");
+        assert_eq!(response.headers()[crate::cluster::HEADER_HOLDER], "n3");
+        assert!(
+            !response
+                .headers()
+                .contains_key(crate::cluster::HEADER_RELEASED)
+        );
     }
 
     #[test]

@@ -30,8 +30,7 @@ use crate::mailbox::{CLOSE_SERVICE_RESTART, Job};
 use crate::node::{Activation, Node, Owner, Stub};
 use crate::{Error, Result};
 
-/// Response header of a take refused because another node holds the actor.
-pub const HEADER_HOLDER: &str = "x-wasmkeep-holder";
+pub use crate::cluster::HEADER_HOLDER;
 /// First line of a take call's (signed) body; the second is the tenant.
 pub const TAKE_BODY_VERSION: &str = "wasmkeep-take 1";
 /// A move that has no outcome this long after it started is given up.

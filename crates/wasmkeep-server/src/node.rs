@@ -25,7 +25,7 @@ use wasmkeep_types::NodeId;
 use wasmkeep_types::heartbeat::{DrainState, NodeState};
 
 use crate::alarms::{AlarmTimer, Fire};
-use crate::cluster::{self, Hop, Routed};
+use crate::cluster::{self, HandBack, Hop, Routed};
 use crate::counting::CountingBucket;
 use crate::guest::{GuestClass, GuestEngine, WasmtimeEngine};
 use crate::host::SharedSockets;
@@ -541,6 +541,20 @@ impl Node {
         }
     }
 
+    /// Learns from a peer that `holder` holds `actor`: the node's hint and
+    /// the stub's both name it until they expire (one naming this node is
+    /// forgotten instead, so that the record decides).
+    pub(crate) fn learn_holder(&self, actor: &ActorId, holder: &NodeId) {
+        if holder == &self.node_id {
+            self.forget_hints(actor);
+            return;
+        }
+        self.hints.learn(actor, holder);
+        if let Some(Entry::Live(stub)) = self.actors.lock().get(actor) {
+            stub.hint.learn(holder, self.clock.now());
+        }
+    }
+
     /// Where a draining node sends an actor it does not hold: to the node
     /// whose hold is valid, else to the eligible peer chosen by rendezvous
     /// hashing on the actor id (which claims it on the first event).
@@ -736,10 +750,11 @@ impl Node {
     ) -> Result<Routed> {
         /// A stub that closes between lookup and send is looked up again, this often.
         const STALE_STUB_RETRIES_MAX: usize = 3;
-        /// Bodies up to this size are copied before a forward, so a
-        /// "released" answer from a holder whose drain this node has not
-        /// seen yet is run here instead of failing the client.
-        const RELEASED_RETRY_COPY_BYTES_MAX: usize = 64 * 1024;
+        /// Bodies up to this size are copied before a forward, so that a
+        /// hand-back (a "released" answer from a holder whose drain this
+        /// node has not seen yet, or a "moved" one naming another holder)
+        /// is sent once more instead of failing the client.
+        const HAND_BACK_COPY_BYTES_MAX: usize = 64 * 1024;
         let mut job = Job::Request {
             request,
             chain,
@@ -755,9 +770,11 @@ impl Node {
             // saying otherwise is older than its reading, so the record decides.
             self.forget_hints(actor);
         }
-        // A request forwarded to a draining holder may come back "released"
-        // (it released the actor to this node): it is then run here, once.
-        let mut released_retry = true;
+        // A forwarded request may come back handed back, with nothing run:
+        // "released" by a draining holder (it is then run here or sent to
+        // the new holder) or "moved" (the peer names the holder it sees,
+        // which gets it). Once: a second hand-back goes to the client.
+        let mut hand_back_retry = true;
         for _ in 0..STALE_STUB_RETRIES_MAX {
             let stub = match self.ensure_owner(actor).await? {
                 Owner::Local(stub) => stub,
@@ -780,15 +797,15 @@ impl Node {
                             peer: peer.to_string(),
                         });
                     }
-                    // Kept for a second try when the holder may answer
-                    // "released": it drains (as this node last saw it: its
-                    // drain may have begun since) or the copy is cheap.
+                    // Kept for a second try when the holder may hand it
+                    // back: it drains (as this node last saw it: its drain
+                    // may have begun since) or the copy is cheap.
                     let holder_drains = self
                         .peers
                         .get(&peer)
                         .is_some_and(|p| p.heartbeat.drain != DrainState::None);
-                    let cheap = request.body.len() <= RELEASED_RETRY_COPY_BYTES_MAX;
-                    let kept = (released_retry && hop == Hop::Client && (holder_drains || cheap))
+                    let cheap = request.body.len() <= HAND_BACK_COPY_BYTES_MAX;
+                    let kept = (hand_back_retry && hop == Hop::Client && (holder_drains || cheap))
                         .then(|| (request.clone(), chain.clone()));
                     let mut routed = cluster::forward_request(
                         self,
@@ -800,19 +817,14 @@ impl Node {
                         hop.clone(),
                     )
                     .await?;
-                    let released = routed
-                        .response
-                        .headers
-                        .iter()
-                        .any(|(n, _)| n.eq_ignore_ascii_case(cluster::HEADER_RELEASED));
-                    routed
-                        .response
-                        .headers
-                        .retain(|(n, _)| !n.eq_ignore_ascii_case(cluster::HEADER_RELEASED));
+                    let hand_back = cluster::hand_back(&mut routed.response);
                     match kept {
-                        Some((request, chain)) if released && routed.response.status == 503 => {
-                            released_retry = false;
-                            self.forget_hints(actor);
+                        Some((request, chain)) if hand_back != HandBack::None => {
+                            hand_back_retry = false;
+                            match hand_back {
+                                HandBack::Moved(holder) => self.learn_holder(actor, &holder),
+                                _ => self.forget_hints(actor),
+                            }
                             job = Job::Request {
                                 request,
                                 chain,

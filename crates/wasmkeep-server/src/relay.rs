@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 use wasmkeep_types::{ActorId, NodeId};
 
-use crate::cluster::{HEADER_NODE, Hop, MARKER_FORWARDED, actor_path, peer_failed};
+use crate::cluster::{HEADER_HOLDER, HEADER_NODE, Hop, MARKER_FORWARDED, actor_path, peer_failed};
 use crate::node::Node;
 use crate::{Error, Result};
 
@@ -31,9 +31,22 @@ const RELAY_CONNECT_TIME_MAX: Duration = Duration::from_secs(10);
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
+/// How a relay ended, when it did not fail.
+pub enum Relayed {
+    /// The answer to send the client (101: messages are piped both ways).
+    Upgraded(hyper::Response<Full<Bytes>>),
+    /// The peer handed the upgrade back naming the holder it sees (503 with
+    /// `x-wasmkeep-holder`): nothing was opened, and the request comes back
+    /// for one more try there.
+    Moved {
+        req: hyper::Request<Incoming>,
+        holder: NodeId,
+    },
+}
+
 /// Relays the upgrade `req` for `actor` to `peer` at `url`; `key` is the
 /// client's `sec-websocket-key`.
-#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
+#[allow(clippy::too_many_arguments)] // two call sites; a struct would only rename them
 pub async fn relay(
     node: &Arc<Node>,
     actor: &ActorId,
@@ -41,15 +54,16 @@ pub async fn relay(
     url: &str,
     path: &str,
     mut req: hyper::Request<Incoming>,
-    hop: Hop,
+    hop: &Hop,
     key: &[u8],
-) -> Result<hyper::Response<Full<Bytes>>> {
-    if let Hop::Forwarded { from } = &hop {
+) -> Result<Relayed> {
+    if let Hop::Forwarded { from } = hop {
         node.metrics.forward_loops.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(%actor, %peer, %from, "a relayed socket found the actor elsewhere again; 503 instead of a second hop");
-        return Err(Error::unavailable(format!(
-            "actor {actor} is moving between nodes; retry"
-        )));
+        tracing::info!(%actor, %peer, %from, "a relayed socket found the actor elsewhere again; 503 naming the holder instead of a second hop");
+        return Err(Error::Moved {
+            actor: actor.to_string(),
+            holder: peer.clone(),
+        });
     }
     let Some(signer) = &node.signer else {
         tracing::warn!(%actor, %peer, "the actor is held by another node, but this node has no --cluster-key-file and cannot relay");
@@ -79,7 +93,11 @@ pub async fn relay(
     .await;
     let (upstream, accepted_protocol) = match connected {
         Ok(Ok(done)) => done,
-        Ok(Err(RelayError::Refused(status))) => {
+        Ok(Err(RelayError::Refused {
+            status: 503,
+            holder: Some(holder),
+        })) => return Ok(Relayed::Moved { req, holder }),
+        Ok(Err(RelayError::Refused { status, .. })) => {
             // The holder answered but did not upgrade (e.g. 503 while it
             // moves): not the peer's fault, so it is not made suspect.
             return Err(Error::unavailable(format!(
@@ -128,12 +146,14 @@ pub async fn relay(
     }
     response
         .body(Full::new(Bytes::new()))
+        .map(Relayed::Upgraded)
         .map_err(|e| Error::BadRequest(e.to_string()))
 }
 
 enum RelayError {
-    /// The holder answered without upgrading.
-    Refused(u16),
+    /// The holder answered without upgrading; a 503 may name the node that
+    /// holds the actor as it sees it.
+    Refused { status: u16, holder: Option<NodeId> },
     /// No answer: connection, TLS or protocol failure.
     Failed(String),
 }
@@ -224,7 +244,15 @@ async fn connect(
             Ok((ws, accepted))
         }
         Err(tungstenite::Error::Http(response)) => {
-            Err(RelayError::Refused(response.status().as_u16()))
+            let holder = response
+                .headers()
+                .get(HEADER_HOLDER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| NodeId::new(v).ok());
+            Err(RelayError::Refused {
+                status: response.status().as_u16(),
+                holder,
+            })
         }
         Err(e) => Err(failed("WebSocket handshake", &e)),
     }

@@ -22,6 +22,7 @@ use crate::cluster::Hop;
 use crate::host::{Outgoing, SocketEntry};
 use crate::mailbox::Job;
 use crate::node::{Node, Owner, Stub};
+use crate::relay::{self, Relayed};
 use crate::{Error, Result};
 
 /// Longest wait for a client's close frame after this node sent one.
@@ -73,22 +74,43 @@ pub async fn upgrade(
         // Relayed here by a node that found this one holding the actor.
         node.forget_hints(actor);
     }
-    // While the actor moves, reconnecting clients go to the target, even
-    // before the hand-over: they must not land back here (ADR 0017).
-    if hop == Hop::Client
-        && let Some(target) = node.moves.target(actor)
-        && target != node.node_id
-        && let Some(peer) = node.peers.get(&target)
-    {
-        let url = peer.heartbeat.advertise;
-        return crate::relay::relay(node, actor, &target, &url, path, req, hop, &key).await;
-    }
     let limits = &node.config.limits;
+    // A peer may hand the upgrade back naming another holder: one more try.
+    let mut hand_back_retry = true;
     let (stub, id, rx) = loop {
-        let stub = match node.ensure_owner(actor).await? {
+        // While the actor moves, reconnecting clients go to the target, even
+        // before the hand-over: they must not land back here (ADR 0017).
+        let moving_to = (hop == Hop::Client)
+            .then(|| node.moves.target(actor))
+            .flatten()
+            .filter(|target| target != &node.node_id)
+            .and_then(|target| {
+                node.peers.get(&target).map(|peer| Owner::Elsewhere {
+                    peer: target,
+                    url: peer.heartbeat.advertise,
+                })
+            });
+        let owner = match moving_to {
+            Some(owner) => owner,
+            None => node.ensure_owner(actor).await?,
+        };
+        let stub = match owner {
             Owner::Local(stub) => stub,
             Owner::Elsewhere { peer, url } => {
-                return crate::relay::relay(node, actor, &peer, &url, path, req, hop, &key).await;
+                match relay::relay(node, actor, &peer, &url, path, req, &hop, &key).await? {
+                    Relayed::Upgraded(response) => return Ok(response),
+                    Relayed::Moved { req: back, holder } if hand_back_retry => {
+                        hand_back_retry = false;
+                        node.learn_holder(actor, &holder);
+                        req = back;
+                        continue;
+                    }
+                    Relayed::Moved { holder, .. } => {
+                        return Err(Error::unavailable(format!(
+                            "actor {actor} is moving between nodes (node {holder} holds it now); retry"
+                        )));
+                    }
+                }
             }
         };
         if stub.open_sockets() >= limits.sockets_per_actor_max {

@@ -1,7 +1,8 @@
-//! Two nodes in one process on one memory bucket, each with a real HTTP
-//! listener on loopback and a shared cluster key: forwarding to the owner,
-//! signed-call refusal (forged, replayed), marker stripping, heartbeats
-//! that do not parse, and the owner hint kept in the actor's own state.
+//! Two or three nodes in one process on one memory bucket, each with a real
+//! HTTP listener on loopback and a shared cluster key: forwarding to the
+//! owner, signed-call refusal (forged, replayed), marker stripping,
+//! heartbeats that do not parse, the owner hint kept in the actor's own
+//! state, and a stale hint handed back naming the holder.
 
 #![allow(clippy::unwrap_used)]
 
@@ -421,4 +422,108 @@ async fn a_node_cut_off_from_the_bucket_stops_serving_and_comes_back() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.text(), "2", "every acknowledged write survived");
     a.node.shutdown(Duration::from_secs(10)).await;
+}
+
+/// Waits until `node` has seen the heartbeat of each of `peers`.
+async fn wait_for_peers(node: &Arc<Node>, peers: &[&str]) {
+    for peer in peers {
+        let peer = NodeId::new(*peer).unwrap();
+        let mut tries = 0;
+        while node.peers.get(&peer).is_none() {
+            tries += 1;
+            assert!(tries < 600, "{} never saw {peer}", node.node_id);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn forward_loops(node: &Running) -> f64 {
+    let metrics = send(&node.addr, "GET", "/_wasmkeep/metrics", Vec::new())
+        .await
+        .text();
+    wasmkeep_server::metrics::sample(&metrics, "wasmkeep_forward_loops_total").unwrap()
+}
+
+/// A WebSocket to `path` on `addr`: the node named by the 101, and the
+/// counter's answer to "inc".
+async fn socket_increment(addr: &str, path: &str) -> (Option<String>, String) {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut ws, response) = tokio_tungstenite::client_async(format!("ws://{addr}{path}"), stream)
+        .await
+        .unwrap_or_else(|e| panic!("the upgrade through {addr}: {e}"));
+    let node = response
+        .headers()
+        .get("x-wasmkeep-node")
+        .map(|v| v.to_str().unwrap().to_owned());
+    ws.send(Message::text("inc")).await.unwrap();
+    let answer = loop {
+        match ws.next().await.expect("an answer").unwrap() {
+            Message::Text(text) => break text.to_string(),
+            _ => continue,
+        }
+    };
+    let _ = ws.close(None).await;
+    (node, answer)
+}
+
+/// n3's hint names n2 (as it would just after the actor moved away from
+/// n2); n1 holds the actor. n2 sends nothing on (one hop) but hands the
+/// request, and the socket, back naming n1, and n3 sends it there: the
+/// client is served, not answered 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_hint_is_handed_back_naming_the_holder_and_served_there() {
+    let (dir, bucket, a, b) = two_nodes().await;
+    let c = start(Arc::clone(&bucket), "n3", &dir.path().join("cluster.key")).await;
+    let path = "/demo/counter/stale/increment";
+    let r = send_until_served(&a.addr, "POST", path).await;
+    assert_eq!(r.header("x-wasmkeep-node"), Some("n1"), "{}", r.text());
+    wait_for_peers(&b.node, &["n1"]).await;
+    wait_for_peers(&c.node, &["n1", "n2"]).await;
+    let actor = ActorId::parse("demo/counter/stale").unwrap();
+    let n2 = NodeId::new("n2").unwrap();
+    let mut count = 1;
+
+    // A hint lives 1 s: on a stalled machine it may expire before the
+    // request is routed, and nothing is handed back; then again.
+    let mut handed_back = 0;
+    for _ in 0..20 {
+        let loops = forward_loops(&b).await;
+        c.node.hints.learn(&actor, &n2);
+        let r = send(&c.addr, "POST", path, Vec::new()).await;
+        assert_eq!(r.status, 200, "served through a stale hint: {}", r.text());
+        assert_eq!(r.header("x-wasmkeep-node"), Some("n1"));
+        assert!(
+            r.header(wasmkeep_server::cluster::HEADER_HOLDER).is_none(),
+            "the marker never reaches the client"
+        );
+        count += 1;
+        assert_eq!(r.text(), count.to_string());
+        if forward_loops(&b).await > loops {
+            handed_back += 1;
+            break;
+        }
+    }
+    assert_eq!(handed_back, 1, "n2 never handed the request back");
+
+    let socket_path = "/demo/counter/stale/ws";
+    for _ in 0..20 {
+        let loops = forward_loops(&b).await;
+        c.node.hints.learn(&actor, &n2);
+        let (node, answer) = socket_increment(&c.addr, socket_path).await;
+        assert_eq!(node.as_deref(), Some("n1"), "the socket's events run on n1");
+        count += 1;
+        assert_eq!(answer, count.to_string());
+        if forward_loops(&b).await > loops {
+            handed_back += 1;
+            break;
+        }
+    }
+    assert_eq!(handed_back, 2, "n2 never handed the socket back");
+    assert_eq!(b.node.resident_count(), 0, "n2 took nothing");
+    assert_eq!(c.node.resident_count(), 0, "n3 took nothing");
+    for node in [a, b, c] {
+        node.node.shutdown(Duration::from_secs(10)).await;
+    }
 }

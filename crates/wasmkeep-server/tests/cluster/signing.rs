@@ -3,8 +3,8 @@
 //! captured signed call sent again is treated as an ordinary request.
 //!
 //! The probe is the forwarding loop guard: a verified forwarded request that
-//! finds its actor elsewhere gets 503 instead of a second hop, while an
-//! ordinary request is forwarded to the owner and served.
+//! finds its actor elsewhere gets 503 naming the holder instead of a second
+//! hop, while an ordinary request is forwarded to the owner and served.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -146,10 +146,13 @@ async fn body(c: &mut Cluster) -> anyhow::Result<()> {
         .send("POST", &c.url(other, path), &signed, Bytes::new())
         .await?;
     ensure!(
-        honoured.status == 503 && honoured.header("retry-after").is_some(),
+        honoured.status == 503
+            && honoured.header("retry-after").is_some()
+            && honoured.header("x-wasmkeep-holder") == Some(owner_id.as_str()),
         "a valid signed forwarded call to non-owner node {other} was not refused a second hop \
-         (503 with Retry-After): {} {}",
+         (503 with Retry-After, naming the holder {owner_id}): {} {:?} {}",
         honoured.status,
+        honoured.header("x-wasmkeep-holder"),
         honoured.text()
     );
     let replayed = c
