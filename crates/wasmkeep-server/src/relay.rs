@@ -46,7 +46,7 @@ pub enum Relayed {
 
 /// Relays the upgrade `req` for `actor` to `peer` at `url`; `key` is the
 /// client's `sec-websocket-key`.
-#[allow(clippy::too_many_arguments)] // two call sites; a struct would only rename them
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 pub async fn relay(
     node: &Arc<Node>,
     actor: &ActorId,
