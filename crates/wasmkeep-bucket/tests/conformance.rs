@@ -889,9 +889,10 @@ async fn replay_after_reboot(epoch: u64) -> anyhow::Result<()> {
 }
 
 /// A writer killed without a reboot: its objects stand (the page cache holds
-/// them) and the next open checkpoints them and removes its journal.
+/// them) at the next open, whose first checkpoint (here: its clean close)
+/// makes them durable and removes the dead journal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn folder_journal_of_a_killed_process_is_checkpointed_at_the_next_open() -> anyhow::Result<()>
+async fn folder_journal_of_a_killed_process_is_checkpointed_by_the_next_one() -> anyhow::Result<()>
 {
     let dir = tempfile::tempdir()?;
     let root = dir.path().to_owned();
@@ -907,14 +908,66 @@ async fn folder_journal_of_a_killed_process_is_checkpointed_at_the_next_open() -
     let bucket =
         wasmkeep_bucket::FolderBucket::open_with(dir.path(), crash_before_checkpoint(BOOT_ONE))?;
     ensure!(
-        journals(dir.path())? == 1,
-        "the dead journal was removed, ours created"
+        journals(dir.path())? == 2,
+        "the dead journal stays until our first checkpoint, ours created"
     );
     ensure!(matches!(
         bucket.get("k/one").await,
         Err(Error::NotFound { .. })
     ));
     ensure!(bucket.get("k/two").await?.bytes == "2");
+    drop(bucket);
+    ensure!(
+        journals(dir.path())? == 0,
+        "the clean close checkpointed and removed both"
+    );
+    Ok(())
+}
+
+/// A writer killed, and the next one in the same boot killed too before its
+/// first checkpoint; then the power cut. The first's journal was still there
+/// (the second's open does not checkpoint), so the reboot replays both: the
+/// key only the first wrote, and the newer write of the key both wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_journal_of_a_killed_process_survives_a_reboot_before_the_next_checkpoint()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    std::fs::create_dir_all(root.join(".wal"))?;
+    std::fs::write(root.join(".wal/boot"), BOOT_ONE)?;
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut a = Writer::start(&root)?;
+        a.run("put r/a a1")?;
+        a.run("put r/b a1")?;
+        a.kill_9()?;
+        let mut b = Writer::start(&root)?;
+        ensure!(
+            journals(&root)? == 2,
+            "the killed writer's journal stays until a checkpoint"
+        );
+        b.run("put r/b b1")?;
+        b.kill_9()?;
+        // The power cut: what was renamed but not synced is gone.
+        for key in ["r/a", "r/b"] {
+            std::fs::remove_file(root.join(key))?;
+        }
+        Ok(())
+    })
+    .await??;
+    let bucket =
+        wasmkeep_bucket::FolderBucket::open_with(dir.path(), crash_before_checkpoint(BOOT_TWO))?;
+    ensure!(
+        bucket.get("r/a").await?.bytes == "a1",
+        "a: only in the first journal"
+    );
+    ensure!(
+        bucket.get("r/b").await?.bytes == "b1",
+        "b: the newer write, in the second journal"
+    );
+    ensure!(
+        journals(dir.path())? == 1,
+        "the dead journals are gone, ours stays"
+    );
     Ok(())
 }
 
