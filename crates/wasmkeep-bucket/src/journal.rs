@@ -857,9 +857,9 @@ enum Recovered {
     /// Every entry of theirs is durable in place: the caller takes one over
     /// or removes them.
     Durable(Vec<(PathBuf, File)>),
-    /// Same boot: their objects stand in the page cache but some are not
-    /// durable yet; the caller's first checkpoint makes them so, and they
-    /// stay until then.
+    /// Same boot, and they hold entries: their objects stand in the page
+    /// cache but some may not be durable yet; the caller's first checkpoint
+    /// makes them so, and the journals stay until then.
     NotYetDurable(Vec<(PathBuf, File)>),
 }
 
