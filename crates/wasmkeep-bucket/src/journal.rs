@@ -1064,6 +1064,20 @@ mod tests {
         }
     }
 
+    /// Journals one put of `a/b` as a batch of its own; returns its epoch.
+    fn journal_put(journal: &mut Journal, body: &[u8]) -> io::Result<u64> {
+        let epoch = journal.begin_batch()?;
+        let entry = Entry {
+            index: 0,
+            kind: EntryKind::Put,
+            key: "a/b",
+            body,
+        };
+        journal.append(epoch, 1, &[entry], || {})?;
+        journal.end_batch()?;
+        Ok(epoch)
+    }
+
     /// The pad folders in `.wal`, by name.
     fn pad_folders(wal: &Path) -> io::Result<Vec<String>> {
         let mut names: Vec<String> = names_in(wal)?
@@ -1165,15 +1179,7 @@ mod tests {
             assert_eq!(pad_folders(&wal)?, name_of(&first_pads));
         }
         // The journal taken over writes and reads back as its own.
-        let epoch = second.begin_batch()?;
-        let entry = Entry {
-            index: 0,
-            kind: EntryKind::Put,
-            key: "a/b",
-            body: b"after the takeover",
-        };
-        second.append(epoch, 1, &[entry], || {})?;
-        second.end_batch()?;
+        let epoch = journal_put(&mut second, b"after the takeover")?;
         let bytes = fs::read(&second.path)?;
         let index = usize::try_from(epoch % 2).expect("0 or 1");
         let region = &bytes[usize::try_from(Region::base(index)).expect("small")..];
@@ -1195,15 +1201,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let wal = dir.path().join(JOURNAL_DIR);
         let mut first = Journal::open(dir.path(), &test_options())?;
-        let epoch = first.begin_batch()?;
-        let entry = Entry {
-            index: 0,
-            kind: EntryKind::Put,
-            key: "a/b",
-            body: b"journaled, not yet durable in place",
-        };
-        first.append(epoch, 1, &[entry], || {})?;
-        first.end_batch()?;
+        let epoch = journal_put(&mut first, b"journaled, not yet durable in place")?;
         let (first_path, first_pads) = (first.path.clone(), first.pads.clone());
         // Gone before any checkpoint (a crash).
         drop(first);

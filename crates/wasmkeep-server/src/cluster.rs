@@ -57,22 +57,23 @@ pub(crate) enum HandBack {
 /// Reads the hand-back markers of a forwarded request's answer and removes
 /// them (they never reach a client).
 pub(crate) fn hand_back(response: &mut Response) -> HandBack {
-    let marker = |name: &str| {
-        response
-            .headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    };
-    let released = marker(HEADER_RELEASED).is_some();
-    let holder = marker(HEADER_HOLDER);
-    response.headers.retain(|(n, _)| {
-        !n.eq_ignore_ascii_case(HEADER_RELEASED) && !n.eq_ignore_ascii_case(HEADER_HOLDER)
+    // One pass: markers are taken out whatever the status, read on a 503.
+    let (mut released, mut holder) = (false, None);
+    let read = response.status == 503;
+    response.headers.retain_mut(|(name, value)| {
+        if name.eq_ignore_ascii_case(HEADER_RELEASED) {
+            released |= read;
+            false
+        } else if name.eq_ignore_ascii_case(HEADER_HOLDER) {
+            if read {
+                holder = NodeId::new(std::mem::take(value)).ok();
+            }
+            false
+        } else {
+            true
+        }
     });
-    if response.status != 503 {
-        return HandBack::None;
-    }
-    match (released, holder.and_then(|h| NodeId::new(h).ok())) {
+    match (released, holder) {
         (true, _) => HandBack::Released,
         (false, Some(holder)) => HandBack::Moved(holder),
         (false, None) => HandBack::None,

@@ -80,16 +80,15 @@ pub async fn upgrade(
     let (stub, id, rx) = loop {
         // While the actor moves, reconnecting clients go to the target, even
         // before the hand-over: they must not land back here (ADR 0017).
-        let moving_to = (hop == Hop::Client)
-            .then(|| node.moves.target(actor))
-            .flatten()
-            .filter(|target| target != &node.node_id)
-            .and_then(|target| {
+        let moving_to = match node.moves.target(actor) {
+            Some(target) if hop == Hop::Client && target != node.node_id => {
                 node.peers.get(&target).map(|peer| Owner::Elsewhere {
                     peer: target,
                     url: peer.heartbeat.advertise,
                 })
-            });
+            }
+            _ => None,
+        };
         let owner = match moving_to {
             Some(owner) => owner,
             None => node.ensure_owner(actor).await?,
