@@ -82,19 +82,28 @@ impl From<Error> for Failed {
 async fn plan(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> Result<Plan, Failed> {
     let snap_prefix = keys.actor_snapshot_prefix(actor);
     let log_prefix = keys.actor_log_prefix(actor);
-    // Both listings at once: the snapshot is chosen first, but a record
-    // listed before a newer snapshot is merely skipped (seq <= base).
-    let (snaps, logs) = futures::join!(
-        read(|| bucket.list_keys(&snap_prefix)),
-        read(|| bucket.list_keys(&log_prefix))
-    );
-    let snaps = snaps.map_err(Error::from)?;
-    let logs = logs.map_err(Error::from)?;
+    // One listing of the actor's whole prefix, not one per kind: a new
+    // actor's restore is then one empty listing (one request, or one failed
+    // folder lookup). A compaction between the two halves of the listing is
+    // harmless: log records listed before a newer snapshot are skipped
+    // (seq <= base), and a log that seems to start late is retried.
+    let prefix = keys.actor_prefix(actor);
+    let listed = read(|| bucket.list_keys(&prefix))
+        .await
+        .map_err(Error::from)?;
     let mut snapshot = None;
-    for listed in snaps {
-        let seq = parse_seq(&listed.key)?;
-        if snapshot.as_ref().is_none_or(|(s, _)| seq > *s) {
-            snapshot = Some((seq, listed.key));
+    let mut logs = Vec::new();
+    for listed in listed {
+        if listed.key.starts_with(&log_prefix) {
+            logs.push(listed);
+        } else if listed.key.starts_with(&snap_prefix) {
+            let seq = parse_seq(&listed.key)?;
+            if snapshot.as_ref().is_none_or(|(s, _)| seq > *s) {
+                snapshot = Some((seq, listed.key));
+            }
+        } else {
+            // Nothing else is written there; a newer version may add kinds.
+            tracing::debug!(key = listed.key, "restore skips an unknown key");
         }
     }
     let base = snapshot.as_ref().map_or(0, |(s, _)| *s);

@@ -78,6 +78,38 @@ async fn an_actor_that_never_wrote_has_no_data_in_the_bucket() {
 }
 
 #[tokio::test]
+async fn opening_an_actor_costs_one_listing_and_skips_keys_of_unknown_kinds() {
+    let bucket = Probe::new();
+    let a = actor("one-listing");
+    let s = open(&bucket, &a, "n1").await;
+    assert_eq!(
+        (bucket.requests(), bucket.lists()),
+        (1, 1),
+        "a new actor's open is one listing and nothing else"
+    );
+    drop(s);
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)", "INSERT INTO t VALUES (7)"])
+        .await
+        .unwrap();
+    s.close().await;
+    // A kind of object a later version might keep beside the log.
+    let stray = format!("{}meta/0001", keys().actor_prefix(&a));
+    bucket
+        .put(&stray, Bytes::from_static(b"not a record"))
+        .await
+        .unwrap();
+    let before = bucket.requests();
+    let mut s = open(&bucket, &a, "n2").await;
+    assert_eq!(int(&mut s, "SELECT x FROM t"), 7);
+    assert_eq!(
+        bucket.requests() - before,
+        2,
+        "one listing and one record read"
+    );
+}
+
+#[tokio::test]
 async fn read_only_events_write_nothing_and_are_ready_at_once() {
     let bucket = Probe::new();
     let a = actor("ro");

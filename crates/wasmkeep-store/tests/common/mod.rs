@@ -60,6 +60,10 @@ impl Probe {
         self.counts.gets.load(Ordering::SeqCst)
     }
 
+    pub fn lists(&self) -> u64 {
+        self.counts.lists.load(Ordering::SeqCst)
+    }
+
     pub fn requests(&self) -> u64 {
         self.puts()
             + self.gets()
