@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use wasmkeep_bucket::{Bucket, MemoryBucket};
 use wasmkeep_cluster::{
-    AcquireOutcome, Clock, LeaseObserver, NodeLease, Ownership, Peers, Random, SeededRandom,
-    SystemClock,
+    AcquireOutcome, Clock, LeaseObserver, LeaseReturn, NodeLease, Ownership, Peers, Random,
+    SeededRandom, SystemClock,
 };
 use wasmkeep_types::heartbeat::{ClassesServed, DrainState, Heartbeat, NodeState};
 use wasmkeep_types::{ActorId, AppName, Keys, NodeId};
@@ -128,13 +128,24 @@ async fn a_racing_first_acquire_is_not_overwritten() {
     a.beat().await;
     b.beat().await;
     b.peers.refresh().await.expect("refresh");
-    // `b`'s first read of the record answers 100 ms from now (no record),
-    // its second 200 ms from now; `a` acquires in between, at 150 ms.
+    // `a` holds the actor, so `b`'s first attempt (a put-if-absent, which
+    // answers 100 ms from now) conflicts. `a` releases at 150 ms, so `b`'s
+    // read of the record (200 ms) finds none; `a` acquires again at 250 ms,
+    // between that read and `b`'s next put-if-absent (300 ms).
+    let AcquireOutcome::Acquired { etag } = a.ownership.acquire(&actor()).await.expect("acquire")
+    else {
+        panic!("a acquires a free actor");
+    };
     let racing = {
         let b = b.clone();
         tokio::spawn(async move { b.ownership.acquire(&actor()).await })
     };
     tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        a.ownership.release(&actor(), &etag).await,
+        LeaseReturn::Released
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(matches!(
         a.ownership.acquire(&actor()).await.expect("acquire"),
         AcquireOutcome::Acquired { .. }

@@ -20,6 +20,7 @@
 //! ```
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -108,6 +109,12 @@ pub struct Ownership {
     observer: Arc<LeaseObserver>,
     clock: Arc<dyn Clock>,
     random: Arc<dyn Random>,
+    /// Whether an acquire writes the record before reading it: most actors
+    /// a node activates have no record (a release deletes it), and on S3 the
+    /// read is a round trip of its own. Cleared for good once a release
+    /// finds that the bucket cannot delete conditionally (it then leaves a
+    /// released record, which a put-if-absent would only bump into).
+    create_first: Arc<AtomicBool>,
 }
 
 impl Ownership {
@@ -128,6 +135,7 @@ impl Ownership {
             observer,
             clock,
             random,
+            create_first: Arc::new(AtomicBool::new(true)),
         }
     }
 
@@ -209,7 +217,9 @@ impl Ownership {
     /// Acquires the actor for this node unless another node holds it.
     pub async fn acquire(&self, actor: &ActorId) -> Result<AcquireOutcome> {
         let key = self.keys.owner(actor);
-        for _ in 0..ACQUIRE_ATTEMPTS_MAX {
+        let create_first = self.create_first.load(Ordering::Relaxed);
+        // An attempt that only learned that the record exists is not counted.
+        for attempt in 0..ACQUIRE_ATTEMPTS_MAX + usize::from(create_first) {
             if !self.lease.is_valid() {
                 return Err(Error::LeaseInvalid);
             }
@@ -220,7 +230,14 @@ impl Ownership {
                 nonce: self.random.token_hex(8),
             };
             let body = Bytes::from(mine.to_text());
-            let written = match self.fetch(actor).await? {
+            // The first attempt may skip the read: a record that exists
+            // makes the put-if-absent a conflict, and the next attempt reads.
+            let fetched = if attempt == 0 && create_first {
+                Fetched::Absent
+            } else {
+                self.fetch(actor).await?
+            };
+            let written = match fetched {
                 // A racing acquire that creates the record first makes this
                 // a conflict: its hold is judged in the next round.
                 Fetched::Absent => self.bucket.put_if_absent(&key, body).await,
@@ -326,6 +343,7 @@ impl Ownership {
     ) -> Result<(), ReleaseRetry> {
         let outcome = match self.bucket.delete_if_match(key, etag).await {
             Err(wasmkeep_bucket::Error::Unsupported(_)) => {
+                self.create_first.store(false, Ordering::Relaxed);
                 let released = OwnershipRecord {
                     node: self.me.clone(),
                     incarnation: self.lease.incarnation(),
@@ -516,6 +534,165 @@ mod tests {
             b.ownership.acquire(&actor()).await.unwrap(),
             AcquireOutcome::Acquired { .. }
         ));
+    }
+
+    /// A memory bucket that counts reads of ownership records and, like
+    /// the S3 backend, may not delete conditionally.
+    #[derive(Debug)]
+    struct Reads {
+        inner: MemoryBucket,
+        owner_reads: std::sync::atomic::AtomicU64,
+        owner_writes: std::sync::atomic::AtomicU64,
+        conditional_delete: bool,
+    }
+
+    impl Reads {
+        fn new(conditional_delete: bool) -> Arc<Self> {
+            Arc::new(Self {
+                inner: MemoryBucket::new(),
+                owner_reads: std::sync::atomic::AtomicU64::new(0),
+                owner_writes: std::sync::atomic::AtomicU64::new(0),
+                conditional_delete,
+            })
+        }
+
+        fn owner_reads(&self) -> u64 {
+            self.owner_reads.load(Ordering::SeqCst)
+        }
+
+        fn owner_writes(&self) -> u64 {
+            self.owner_writes.load(Ordering::SeqCst)
+        }
+
+        fn count_write(&self, key: &str) {
+            if key.contains("/owners/") {
+                self.owner_writes.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Bucket for Reads {
+        async fn get(&self, key: &str) -> wasmkeep_bucket::Result<wasmkeep_bucket::Object> {
+            if key.contains("/owners/") {
+                self.owner_reads.fetch_add(1, Ordering::SeqCst);
+            }
+            self.inner.get(key).await
+        }
+        async fn head(&self, key: &str) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
+            self.inner.head(key).await
+        }
+        async fn put_if_absent(
+            &self,
+            key: &str,
+            bytes: Bytes,
+        ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
+            self.count_write(key);
+            self.inner.put_if_absent(key, bytes).await
+        }
+        async fn put_if_match(
+            &self,
+            key: &str,
+            bytes: Bytes,
+            etag: &Etag,
+        ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
+            self.count_write(key);
+            self.inner.put_if_match(key, bytes, etag).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: Bytes,
+        ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
+            self.inner.put(key, bytes).await
+        }
+        async fn delete(&self, key: &str) -> wasmkeep_bucket::Result<()> {
+            self.inner.delete(key).await
+        }
+        async fn delete_if_match(&self, key: &str, etag: &Etag) -> wasmkeep_bucket::Result<()> {
+            if !self.conditional_delete {
+                return Err(wasmkeep_bucket::Error::Unsupported("conditional delete"));
+            }
+            self.inner.delete_if_match(key, etag).await
+        }
+        async fn list_page(
+            &self,
+            prefix: &str,
+            start_after: Option<&str>,
+        ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ListPage> {
+            self.inner.list_page(prefix, start_after).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_free_actor_is_acquired_without_reading_its_record_first() {
+        let bucket = Reads::new(true);
+        let a = Node::new(bucket.clone(), "a", 1);
+        let b = Node::new(bucket.clone(), "b", 2);
+        a.beat().await;
+        b.beat().await;
+        let AcquireOutcome::Acquired { etag } = a.ownership.acquire(&actor()).await.unwrap() else {
+            panic!("a did not acquire");
+        };
+        assert_eq!(
+            bucket.owner_reads(),
+            0,
+            "a new actor's record is written unread"
+        );
+        // Held: b's write conflicts, then b reads the record and sees a.
+        assert_eq!(
+            b.ownership.acquire(&actor()).await.unwrap(),
+            AcquireOutcome::HeldBy {
+                node: NodeId::new("a").unwrap()
+            }
+        );
+        assert_eq!(bucket.owner_reads(), 1);
+        // Released (deleted): written unread again.
+        assert_eq!(
+            a.ownership.release(&actor(), &etag).await,
+            LeaseReturn::Released
+        );
+        assert!(matches!(
+            b.ownership.acquire(&actor()).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+        assert_eq!(bucket.owner_reads(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn where_released_records_stay_an_acquire_reads_first() {
+        let bucket = Reads::new(false);
+        let a = Node::new(bucket.clone(), "a", 1);
+        a.beat().await;
+        let AcquireOutcome::Acquired { etag } = a.ownership.acquire(&actor()).await.unwrap() else {
+            panic!("a did not acquire");
+        };
+        assert_eq!(
+            a.ownership.release(&actor(), &etag).await,
+            LeaseReturn::Released
+        );
+        assert!(
+            bucket.inner.keys().iter().any(|k| k.contains("/owners/")),
+            "the released record stays"
+        );
+        let (reads, writes) = (bucket.owner_reads(), bucket.owner_writes());
+        // Another actor: no record, but this node has learned to read first.
+        let other = ActorId::parse("t/counter/b").unwrap();
+        assert!(matches!(
+            a.ownership.acquire(&other).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+        assert_eq!(bucket.owner_reads(), reads + 1);
+        // The released record is taken over.
+        assert!(matches!(
+            a.ownership.acquire(&actor()).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+        assert_eq!(
+            (bucket.owner_reads(), bucket.owner_writes()),
+            (reads + 2, writes + 2),
+            "a read before each write, and no write that fails"
+        );
     }
 
     #[tokio::test(start_paused = true)]
