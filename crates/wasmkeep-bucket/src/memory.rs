@@ -240,7 +240,10 @@ impl Storage {
     fn insert(&mut self, key: &str, bytes: Bytes) -> ObjectMeta {
         self.etag_counter += 1;
         let stored = Stored {
-            bytes,
+            // A copy of exactly its length: the caller's buffer may be a
+            // slice of a much larger allocation (a record encoded into a
+            // page-sized buffer), which would otherwise stay alive with it.
+            bytes: Bytes::copy_from_slice(&bytes),
             etag: Etag(format!("m{}", self.etag_counter)),
             last_modified: SystemTime::now(),
         };

@@ -4,7 +4,10 @@
 //!
 //! `cargo run --release -p wasmkeep-store --example memory [N]`
 //! (`EMPTY=1`: open the stores without running the event; `PARK=1`: park
-//! each store after its event, then time one event on every parked store).
+//! each store after its event, then time one event on every parked store;
+//! `EVENTS=K`: K more increments per store before measuring; `FOLDER=DIR`:
+//! a folder bucket in DIR instead of the memory bucket, whose stored records
+//! would count as the process's memory).
 
 use std::sync::Arc;
 
@@ -40,11 +43,20 @@ async fn main() -> anyhow::Result<()> {
         rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 1 as std::ffi::c_int);
         rusqlite::ffi::sqlite3_initialize();
     }
-    let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
+    let bucket: Arc<dyn Bucket> = match std::env::var("FOLDER") {
+        Ok(dir) => Arc::new(wasmkeep_bucket::FolderBucket::open(std::path::Path::new(
+            &dir,
+        ))?),
+        Err(_) => Arc::new(MemoryBucket::new()),
+    };
     let keys = Keys::new(&AppName::default_app());
     let writer = WriterId {
         node: "n1".into(),
         incarnation: "i1".into(),
+    };
+    let extra_events: usize = match std::env::var("EVENTS") {
+        Ok(v) => v.parse()?,
+        Err(_) => 0,
     };
     let mut stores = Vec::with_capacity(n);
     let before = rss_anon_kib();
@@ -76,6 +88,16 @@ async fn main() -> anyhow::Result<()> {
             )
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         store.commit_event()?.await?;
+        for _ in 0..extra_events {
+            store.begin_event()?;
+            store
+                .query(
+                    "INSERT INTO counter(id, n) VALUES (?1, 1) ON CONFLICT(id) DO UPDATE SET n = n + 1 RETURNING n",
+                    &[SqlValue::Integer(1)],
+                )
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            store.commit_event()?.await?;
+        }
         if std::env::var_os("PARK").is_some() {
             store.park();
         }
@@ -108,7 +130,7 @@ async fn main() -> anyhow::Result<()> {
         bucket_bytes += meta.size;
     }
     println!(
-        "{n} open stores: anon RSS +{} KiB ({:.1} KiB per store; the memory bucket holds {:.1} KiB per store)",
+        "{n} open stores: anon RSS +{} KiB ({:.1} KiB per store; the bucket holds {:.1} KiB per store)",
         after - before,
         (after - before) as f64 / n as f64,
         bucket_bytes as f64 / 1024.0 / n as f64
