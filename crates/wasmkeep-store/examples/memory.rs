@@ -74,22 +74,16 @@ async fn main() -> anyhow::Result<()> {
             stores.push(store);
             continue;
         }
-        store.begin_event()?;
-        store
-            .execute(
-                "CREATE TABLE IF NOT EXISTS counter(id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
-                &[],
-            )
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        store
-            .query(
-                "INSERT INTO counter(id, n) VALUES (?1, 1) ON CONFLICT(id) DO UPDATE SET n = n + 1 RETURNING n",
-                &[SqlValue::Integer(1)],
-            )
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        store.commit_event()?.await?;
-        for _ in 0..extra_events {
+        for event in 0..=extra_events {
             store.begin_event()?;
+            if event == 0 {
+                store
+                    .execute(
+                        "CREATE TABLE IF NOT EXISTS counter(id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+                        &[],
+                    )
+                    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            }
             store
                 .query(
                     "INSERT INTO counter(id, n) VALUES (?1, 1) ON CONFLICT(id) DO UPDATE SET n = n + 1 RETURNING n",
