@@ -459,6 +459,14 @@ mod tests {
             let key = self.keys.node(self.ownership.node());
             self.lease.renew(&*self.bucket, &key, hb).await.unwrap();
         }
+
+        /// Acquires `actor`, which the test expects to be free; its etag.
+        async fn acquired(&self, actor: &ActorId) -> Etag {
+            match self.ownership.acquire(actor).await.unwrap() {
+                AcquireOutcome::Acquired { etag } => etag,
+                other => panic!("{} did not acquire: {other:?}", self.ownership.node()),
+            }
+        }
     }
 
     fn actor() -> ActorId {
@@ -522,9 +530,7 @@ mod tests {
         let b = Node::new(bucket.clone(), "b", 2);
         a.beat().await;
         b.beat().await;
-        let AcquireOutcome::Acquired { etag } = a.ownership.acquire(&actor()).await.unwrap() else {
-            panic!("a did not acquire");
-        };
+        let etag = a.acquired(&actor()).await;
         assert_eq!(
             a.ownership.release(&actor(), &etag).await,
             LeaseReturn::Released
@@ -631,9 +637,7 @@ mod tests {
         let b = Node::new(bucket.clone(), "b", 2);
         a.beat().await;
         b.beat().await;
-        let AcquireOutcome::Acquired { etag } = a.ownership.acquire(&actor()).await.unwrap() else {
-            panic!("a did not acquire");
-        };
+        let etag = a.acquired(&actor()).await;
         assert_eq!(
             bucket.owner_reads(),
             0,
@@ -664,9 +668,7 @@ mod tests {
         let bucket = Reads::new(false);
         let a = Node::new(bucket.clone(), "a", 1);
         a.beat().await;
-        let AcquireOutcome::Acquired { etag } = a.ownership.acquire(&actor()).await.unwrap() else {
-            panic!("a did not acquire");
-        };
+        let etag = a.acquired(&actor()).await;
         assert_eq!(
             a.ownership.release(&actor(), &etag).await,
             LeaseReturn::Released
