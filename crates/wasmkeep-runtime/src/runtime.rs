@@ -216,10 +216,21 @@ fn engine_config(config: &RuntimeConfig) -> Config {
         .decommit_batch_size(DECOMMIT_BATCH)
         .linear_memory_keep_resident(LINEAR_MEMORY_KEEP_RESIDENT)
         .table_keep_resident(TABLE_KEEP_RESIDENT)
+        // A freed fiber stack goes back to the system whole (below).
+        .async_stack_keep_resident(0)
         .pagemap_scan(wasmtime::Enabled::Auto);
     let mut engine_config = Config::new();
     engine_config
         .wasm_component_model(true)
+        // A store keeps its fiber stack while its instance is loaded. Once
+        // the store is dropped (the instance unloaded or the actor gone) the
+        // stack's pages are given back, batched like the memories: without
+        // this every stack ever used kept the pages its deepest event touched
+        // (~8 KiB), about two stacks per busy actor as the pool spreads them
+        // over one shard per core. The next event's store faults a few pages
+        // in, and no data of one actor's host frames is left on a stack
+        // another actor's event may get (docs/adr/0024-instance-idle-timeout.md).
+        .async_stack_zeroing(true)
         .epoch_interruption(true)
         // Reserve only what a memory may grow to, plus a small guard: with
         // wasmtime's default (4 GiB reserved per memory slot) ten thousand
