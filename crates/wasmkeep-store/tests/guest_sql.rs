@@ -54,8 +54,14 @@ async fn the_authorizer_refuses_what_could_escape_the_actor_or_its_durability() 
         ("SELECT load_extension('x')", "load_extension"),
         // Refused whether or not SQLite was built with the module (the
         // bundled build leaves FTS and R-tree out: ADR 0028).
-        ("CREATE VIRTUAL TABLE docs USING fts5(body)", "virtual tables"),
-        ("CREATE VIRTUAL TABLE boxes USING rtree(id, x0, x1)", "virtual tables"),
+        (
+            "CREATE VIRTUAL TABLE docs USING fts5(body)",
+            "virtual tables",
+        ),
+        (
+            "CREATE VIRTUAL TABLE boxes USING rtree(id, x0, x1)",
+            "virtual tables",
+        ),
     ];
     for (sql, word) in refused {
         s.begin_event().unwrap();
