@@ -31,7 +31,10 @@ pub(crate) type Reply = oneshot::Sender<Result<Response>>;
 /// One unit of work for an actor.
 pub(crate) enum Job {
     Request {
-        request: Request,
+        /// Boxed: a mailbox's channel allocates room for 32 jobs up front,
+        /// and a request inline made each job 152 bytes (4.9 KiB per
+        /// resident actor; 2 KiB with the box).
+        request: Box<Request>,
         /// The actors waiting on this event, the target last.
         chain: Vec<ActorId>,
         reply: Option<Reply>,
@@ -363,7 +366,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, job: J
                 started,
             } => {
                 host(instance).chain = chain;
-                let result = instance.handle(request).await;
+                let result = instance.handle(*request).await;
                 (
                     result.map(Some).map_err(|e| event_error(node, &e)),
                     reply,
