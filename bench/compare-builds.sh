@@ -17,6 +17,8 @@
 #   DATA        folder for the buckets (default: a temporary folder in
 #               bench-results/; a tmpfs such as /dev/shm measures CPU alone)
 #   DEV         block device for the I/O counters (default: the one under DATA)
+#   BUCKET      memory:// runs the nodes on the in-process memory bucket (no
+#               durability at all): the ceiling of the folder path (ADR 0034)
 #
 # Needs the harness tools that bench/vs-workerd.sh sets up once (oha and
 # actors.mjs in bench-results/harness). Each binary finds the guests in the
@@ -54,8 +56,8 @@ echo "data in $DATA (device ${DEV:-unknown}), ${SECS}s per run, $ROUNDS rounds" 
 
 start() {   # start BIN DIR
   local bin=$1 dir=$2 guests=${GUESTS:-$(dirname "$(dirname "$1")")/wasm}
-  rm -rf "$dir"
-  "$bin" dev --guests-dir "$guests" --bucket "file://$dir" --listen "127.0.0.1:$PORT" > "$dir.log" 2>&1 &
+  rm -rf "$dir"; mkdir -p "$dir"
+  "$bin" dev --guests-dir "$guests" --bucket "${BUCKET:-file://$dir}" --listen "127.0.0.1:$PORT" > "$dir.log" 2>&1 &
   PID=$!
   for _ in $(seq 100); do
     curl -sf -o /dev/null "http://127.0.0.1:$PORT/_wasmkeep/health" && return 0
