@@ -413,6 +413,15 @@ mod tests {
     }
 
     impl Node {
+        /// Nodes `a` and `b` on one bucket, each with a lease.
+        async fn two_beating(bucket: Arc<dyn Bucket>) -> (Self, Self) {
+            let a = Node::new(bucket.clone(), "a", 1);
+            let b = Node::new(bucket, "b", 2);
+            a.beat().await;
+            b.beat().await;
+            (a, b)
+        }
+
         fn new(bucket: Arc<dyn Bucket>, name: &str, seed: u64) -> Self {
             let clock: Arc<dyn Clock> = Arc::new(SystemClock);
             let random: Arc<dyn Random> = Arc::new(SeededRandom::new(seed));
@@ -476,10 +485,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn only_one_node_acquires_a_free_actor() {
         let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
-        let a = Node::new(bucket.clone(), "a", 1);
-        let b = Node::new(bucket.clone(), "b", 2);
-        a.beat().await;
-        b.beat().await;
+        let (a, b) = Node::two_beating(bucket.clone()).await;
         let x = actor();
         let (ra, rb) = tokio::join!(a.ownership.acquire(&x), b.ownership.acquire(&x));
         let outcomes = [ra.unwrap(), rb.unwrap()];
@@ -493,10 +499,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_valid_hold_is_respected_and_an_expired_one_taken_over() {
         let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
-        let a = Node::new(bucket.clone(), "a", 1);
-        let b = Node::new(bucket.clone(), "b", 2);
-        a.beat().await;
-        b.beat().await;
+        let (a, b) = Node::two_beating(bucket.clone()).await;
         assert!(matches!(
             a.ownership.acquire(&actor()).await.unwrap(),
             AcquireOutcome::Acquired { .. }
@@ -526,10 +529,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_released_actor_is_free_for_the_next_node() {
         let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
-        let a = Node::new(bucket.clone(), "a", 1);
-        let b = Node::new(bucket.clone(), "b", 2);
-        a.beat().await;
-        b.beat().await;
+        let (a, b) = Node::two_beating(bucket.clone()).await;
         let etag = a.acquired(&actor()).await;
         assert_eq!(
             a.ownership.release(&actor(), &etag).await,
@@ -633,10 +633,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_free_actor_is_acquired_without_reading_its_record_first() {
         let bucket = Reads::new(true);
-        let a = Node::new(bucket.clone(), "a", 1);
-        let b = Node::new(bucket.clone(), "b", 2);
-        a.beat().await;
-        b.beat().await;
+        let (a, b) = Node::two_beating(bucket.clone()).await;
         let etag = a.acquired(&actor()).await;
         assert_eq!(
             bucket.owner_reads(),
