@@ -28,6 +28,7 @@ pub mod key;
 mod memory;
 mod open;
 mod s3;
+mod solo;
 
 pub use folder::{
     COMMIT_BATCH_WRITES_MAX, COMMIT_QUEUE_WRITES_MAX, FolderBucket, FolderOptions, LOCK_STRIPES,
