@@ -1879,6 +1879,7 @@ impl Committer {
                             kind: EntryKind::Put,
                             key: &request.key,
                             body,
+                            young: false,
                         }),
                         (
                             Plan::Remove {
@@ -1891,6 +1892,7 @@ impl Committer {
                             kind: EntryKind::Delete,
                             key: &request.key,
                             body: &[],
+                            young: false,
                         }),
                         _ => None,
                     }
@@ -2013,6 +2015,7 @@ impl Committer {
                     kind: EntryKind::Durable,
                     key: &batch[*index].key,
                     body: &[],
+                    young: false,
                 })
                 .collect();
             let appended = self.journal.as_mut().expect("journal mode").append(

@@ -137,6 +137,22 @@ pub(crate) struct Entry<'a> {
     pub kind: EntryKind,
     pub key: &'a str,
     pub body: &'a [u8],
+    /// Written in solo mode and not yet in place as a file (ADR 0034): a
+    /// recovery after this process died applies it even on the same boot.
+    pub young: bool,
+}
+
+/// The flags byte of an entry's header (byte 29; zero before ADR 0034).
+const FLAG_YOUNG: u8 = 1;
+
+/// Where an appended entry sits in its journal file, for reading its body
+/// back ([`JournalReader::body`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EntryAt {
+    /// Byte offset of the entry in the journal file.
+    pub offset: u64,
+    /// The entry's encoded length.
+    pub len: u32,
 }
 
 /// The encoded size of an entry.
@@ -157,7 +173,7 @@ fn encode(out: &mut Vec<u8>, epoch: u64, order: u64, entry: &Entry<'_>) {
     out.extend_from_slice(&order.to_le_bytes());
     out.extend_from_slice(&entry.index.to_le_bytes());
     out.push(entry.kind as u8);
-    out.push(0);
+    out.push(if entry.young { FLAG_YOUNG } else { 0 });
     out.extend_from_slice(
         &u16::try_from(entry.key.len())
             .expect("keys are at most 1024 bytes")
@@ -178,6 +194,7 @@ pub(crate) struct Decoded {
     pub kind: EntryKind,
     pub key: String,
     pub body: Vec<u8>,
+    pub young: bool,
 }
 
 /// Decodes entries from the start of a journal until the first one that is
@@ -217,10 +234,50 @@ pub(crate) fn decode_all(bytes: &[u8]) -> Vec<Decoded> {
             kind,
             key: key.to_owned(),
             body: content[key_end..].to_vec(),
+            young: header[29] & FLAG_YOUNG != 0,
         });
         at += len;
     }
     out
+}
+
+/// Reads appended entries back from a journal file, from any thread.
+#[derive(Debug, Clone)]
+#[allow(
+    dead_code,
+    reason = "ADR 0034, step 1 of 7: the index of young objects reads through it"
+)]
+pub(crate) struct JournalReader {
+    file: Arc<File>,
+}
+
+#[allow(
+    dead_code,
+    reason = "ADR 0034, step 1 of 7: the index of young objects reads through it"
+)]
+impl JournalReader {
+    /// The body of the entry at `at`, checked whole: an entry that is not
+    /// there any more (its region started over) is an error, never another
+    /// entry's bytes.
+    pub(crate) fn body(&self, at: EntryAt) -> io::Result<Vec<u8>> {
+        let mut bytes = vec![0u8; at.len as usize];
+        self.file.read_exact_at(&mut bytes, at.offset)?;
+        let changed = || {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "journal entry at {} ({} bytes) is not there any more",
+                    at.offset, at.len
+                ),
+            )
+        };
+        match decode_all(&bytes).pop() {
+            Some(entry) if entry_bytes(&entry.key, entry.body.len()) == bytes.len() => {
+                Ok(entry.body)
+            }
+            _ => Err(changed()),
+        }
+    }
 }
 
 /// This machine's boot id: a restart of the machine changes it, a restart of
@@ -348,6 +405,8 @@ pub(crate) struct Journal {
     epoch_shared: File,
     regions: [Region; 2],
     buffer: Vec<u8>,
+    /// Where the entries of the last `append` sit ([`Journal::appended`]).
+    appended: Vec<EntryAt>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
     /// The folder of the pad files around the journal's inode (`None`:
     /// unpadded).
@@ -440,6 +499,7 @@ impl Journal {
                 epoch: 0,
             }; 2],
             buffer: Vec::new(),
+            appended: Vec::new(),
             checkpointer: Some(checkpointer),
             pads,
         })
@@ -528,8 +588,15 @@ impl Journal {
         entries: &[Entry<'_>],
     ) -> io::Result<(usize, u64)> {
         self.buffer.clear();
+        self.appended.clear();
         for entry in entries {
+            let start = self.buffer.len();
             encode(&mut self.buffer, epoch, order, entry);
+            // Offsets within the batch for now; the file's once placed below.
+            self.appended.push(EntryAt {
+                offset: start as u64,
+                len: u32::try_from(self.buffer.len() - start).expect("entries are bounded"),
+            });
         }
         let index = usize::try_from(epoch % 2).expect("0 or 1");
         let durable = self.shared.durable_seen.load(Ordering::SeqCst);
@@ -552,8 +619,33 @@ impl Journal {
             self.file.write_all_at(&zeros, base + region.zeroed)?;
             region.zeroed = grown;
         }
-        self.file.write_all_at(&self.buffer, base + region.offset)?;
+        let at = base + region.offset;
+        self.file.write_all_at(&self.buffer, at)?;
+        for entry in &mut self.appended {
+            entry.offset += at;
+        }
         Ok((index, end))
+    }
+
+    /// Where the entries of the last successful [`Journal::append`] sit, in
+    /// the order given.
+    #[allow(
+        dead_code,
+        reason = "ADR 0034, step 1 of 7: the committer records them at step 3"
+    )]
+    pub(crate) fn appended(&self) -> &[EntryAt] {
+        &self.appended
+    }
+
+    /// A handle other threads read entries' bodies through.
+    #[allow(
+        dead_code,
+        reason = "ADR 0034, step 1 of 7: the index of young objects reads through it"
+    )]
+    pub(crate) fn reader(&self) -> io::Result<JournalReader> {
+        Ok(JournalReader {
+            file: Arc::new(self.file.try_clone()?),
+        })
     }
 
     /// A clean stop: everything journaled is made durable in place and the
@@ -998,18 +1090,21 @@ mod tests {
                 kind: EntryKind::Put,
                 key: "a/b",
                 body: b"hello",
+                young: false,
             },
             Entry {
                 index: 1,
                 kind: EntryKind::Delete,
                 key: "c",
                 body: b"",
+                young: true,
             },
             Entry {
                 index: 2,
                 kind: EntryKind::Durable,
                 key: "d/e/f",
                 body: b"",
+                young: false,
             },
         ];
         for entry in &entries {
@@ -1024,6 +1119,8 @@ mod tests {
             (7, 42, 1)
         );
         assert_eq!(decoded[2].kind, EntryKind::Durable);
+        let young: Vec<bool> = decoded.iter().map(|d| d.young).collect();
+        assert_eq!(young, [false, true, false]);
         assert_eq!(
             bytes.len(),
             entries
@@ -1072,10 +1169,50 @@ mod tests {
             kind: EntryKind::Put,
             key: "a/b",
             body,
+            young: false,
         };
         journal.append(epoch, 1, &[entry], || {})?;
         journal.end_batch()?;
         Ok(epoch)
+    }
+
+    #[test]
+    fn appended_entries_read_back_and_a_changed_one_is_refused() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut journal = Journal::open(dir.path(), &test_options())?;
+        let epoch = journal.begin_batch()?;
+        let entries = [
+            Entry {
+                index: 0,
+                kind: EntryKind::Put,
+                key: "a/log/1",
+                body: b"first body",
+                young: true,
+            },
+            Entry {
+                index: 1,
+                kind: EntryKind::Put,
+                key: "b/log/1",
+                body: b"second, longer body",
+                young: true,
+            },
+        ];
+        journal.append(epoch, 1, &entries, || {})?;
+        journal.end_batch()?;
+        let at = journal.appended().to_vec();
+        assert_eq!(at.len(), 2);
+        assert_eq!(at[0].offset + u64::from(at[0].len), at[1].offset);
+        let reader = journal.reader()?;
+        assert_eq!(reader.body(at[0])?, b"first body");
+        assert_eq!(reader.body(at[1])?, b"second, longer body");
+        // Bytes that are not that entry any more (here: zeroed, as a region
+        // that started over may leave them) are an error, not a body.
+        journal.file.write_all_at(&[0u8; 8], at[1].offset)?;
+        let err = reader.body(at[1]).expect_err("a changed entry");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert_eq!(reader.body(at[0])?, b"first body");
+        journal.close();
+        Ok(())
     }
 
     /// The pad folders in `.wal`, by name.
