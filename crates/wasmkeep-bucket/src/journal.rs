@@ -72,6 +72,10 @@ const EPOCH_FILE: &str = "epoch";
 const DURABLE_FILE: &str = "durable";
 const BOOT_FILE: &str = "boot";
 const JOURNAL_PREFIX: &str = "j.";
+/// `.wal/y.<journal name>`: that journal holds young entries (ADR 0034), so
+/// a recovery on the same boot must read and apply them. Made when the
+/// process goes solo, removed with the journal or when it leaves solo mode.
+const YOUNG_PREFIX: &str = "y.";
 const PAD_PREFIX: &str = "p.";
 /// Inodes whose places are taken around the journal's: an aligned run this
 /// long covers the inode-table block holding the journal's inode for every
@@ -637,6 +641,19 @@ impl Journal {
         &self.appended
     }
 
+    /// Marks this journal as holding young entries (the process went solo),
+    /// so that a recovery on this boot reads and applies them.
+    #[allow(
+        dead_code,
+        reason = "ADR 0034, step 1 of 7: the folder marks its journal at step 3"
+    )]
+    pub(crate) fn mark_young(&self) -> io::Result<()> {
+        if let Some(marker) = young_marker(&self.path) {
+            File::create(marker)?;
+        }
+        Ok(())
+    }
+
     /// A handle other threads read entries' bodies through.
     #[allow(
         dead_code,
@@ -728,6 +745,7 @@ fn take_journal(
             if let Ok(file) = reopened
                 && flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
             {
+                remove_young_marker(&path)?;
                 taken = Some((path, file, Some(dir.join(pads))));
                 continue;
             }
@@ -939,9 +957,51 @@ fn dead_journals(dir: &Path) -> io::Result<Vec<(PathBuf, File)>> {
 /// it after `dead_journals` opened it (the lock was free once it was gone).
 fn remove_dead_journal(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    remove_young_marker(path)
+}
+
+/// The marker saying `journal` holds young entries.
+fn young_marker(journal: &Path) -> Option<PathBuf> {
+    let name = journal.file_name()?.to_string_lossy();
+    Some(journal.with_file_name(format!("{YOUNG_PREFIX}{name}")))
+}
+
+fn remove_young_marker(journal: &Path) -> io::Result<()> {
+    let Some(marker) = young_marker(journal) else {
+        return Ok(());
+    };
+    match fs::remove_file(marker) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }
+}
+
+/// The young entries of a gone journal past `durable`, the last one for
+/// each key (by order): in solo mode nobody else wrote those keys meanwhile.
+fn young_entries(journal: &File, durable: u64) -> io::Result<Vec<Decoded>> {
+    // From the locked file, not its path (see `recover`).
+    let mut bytes = Vec::new();
+    (&*journal).read_to_end(&mut bytes)?;
+    let half = bytes.len().min(REGION_BYTES as usize);
+    let mut last: HashMap<String, Decoded> = HashMap::new();
+    for entry in decode_all(&bytes[..half])
+        .into_iter()
+        .chain(decode_all(&bytes[half..]))
+    {
+        if !entry.young || entry.epoch <= durable {
+            continue;
+        }
+        let newer = last
+            .get(&entry.key)
+            .is_none_or(|have| (entry.order, entry.index) > (have.order, have.index));
+        if newer {
+            last.insert(entry.key.clone(), entry);
+        }
+    }
+    Ok(last.into_values().collect())
 }
 
 /// The journals of gone processes after recovery, still locked.
@@ -985,6 +1045,24 @@ fn recover(
         }
         if !entries {
             return Ok(Recovered::Durable(dead));
+        }
+        // A journal written alone on the folder (ADR 0034) holds objects
+        // that never became files: put them in place now, before this
+        // process serves. Only marked journals are read.
+        let mut young = 0usize;
+        for (path, journal) in &dead {
+            if young_marker(path).is_some_and(|m| m.exists()) {
+                for entry in young_entries(journal, durable)? {
+                    replay(root, &entry)?;
+                    young += 1;
+                }
+            }
+        }
+        if young > 0 {
+            tracing::info!(
+                objects = young,
+                "folder bucket: put the young objects of a gone solo process in place"
+            );
         }
         // This process's entries come after theirs; its first checkpoint
         // (which bumps again) makes theirs durable.
@@ -1212,6 +1290,95 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert_eq!(reader.body(at[0])?, b"first body");
         journal.close();
+        Ok(())
+    }
+
+    #[test]
+    fn a_gone_solo_journal_has_its_young_objects_put_in_place_on_the_same_boot() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        // The folder bucket makes it before it opens the journal; a replay
+        // writes through it.
+        fs::create_dir_all(dir.path().join(crate::folder::TEMP_DIR))?;
+        let mut first = Journal::open(dir.path(), &test_options())?;
+        first.mark_young()?;
+        let epoch = first.begin_batch()?;
+        let put = |key: &'static str, body: &'static [u8], index| Entry {
+            index,
+            kind: EntryKind::Put,
+            key,
+            body,
+            young: true,
+        };
+        first.append(
+            epoch,
+            1,
+            &[
+                put("a/log/1", b"replaced later", 0),
+                put("a/log/2", b"deleted later", 1),
+                // Not young: already a file when it was journaled.
+                Entry {
+                    young: false,
+                    ..put("a/placed", b"made at commit", 2)
+                },
+            ],
+            || {},
+        )?;
+        first.append(
+            epoch,
+            2,
+            &[
+                put("a/log/1", b"the last body", 0),
+                Entry {
+                    index: 1,
+                    kind: EntryKind::Delete,
+                    key: "a/log/2",
+                    body: b"",
+                    young: true,
+                },
+            ],
+            || {},
+        )?;
+        first.end_batch()?;
+        let first_path = first.path.clone();
+        drop(first); // gone without a clean close
+
+        let second = Journal::open(dir.path(), &test_options())?;
+        assert_eq!(fs::read(dir.path().join("a/log/1"))?, b"the last body");
+        assert!(!dir.path().join("a/log/2").exists(), "deleted last");
+        assert!(
+            !dir.path().join("a/placed").exists(),
+            "an entry that was not young is not applied on the same boot"
+        );
+        // The journal and its marker go at the first checkpoint.
+        second.shared.checkpoint()?;
+        assert!(!first_path.exists());
+        assert!(young_marker(&first_path).is_some_and(|m| !m.exists()));
+        second.close();
+        Ok(())
+    }
+
+    #[test]
+    fn a_gone_journal_without_the_marker_is_not_read_on_the_same_boot() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut first = Journal::open(dir.path(), &test_options())?;
+        let epoch = first.begin_batch()?;
+        first.append(
+            epoch,
+            1,
+            &[Entry {
+                index: 0,
+                kind: EntryKind::Put,
+                key: "b/log/1",
+                body: b"young, but the journal was never marked",
+                young: true,
+            }],
+            || {},
+        )?;
+        first.end_batch()?;
+        drop(first);
+        let second = Journal::open(dir.path(), &test_options())?;
+        assert!(!dir.path().join("b/log/1").exists());
+        second.close();
         Ok(())
     }
 
