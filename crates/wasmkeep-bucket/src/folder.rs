@@ -28,6 +28,14 @@
 //!   open after a reboot replays what the journals hold beyond it. Bodies
 //!   over [`JOURNAL_BODY_MAX`] are synced in place as below, then marked in
 //!   the journal.
+//! - Solo mode (ADR 0034, journal mode only): a process alone on the folder
+//!   (an exclusive `flock` on `.wal/solo`, see `solo.rs`) keeps the objects
+//!   it writes in its journal only, indexed in memory (`young.rs`), until a
+//!   checkpoint writes them in place; an object deleted before that never
+//!   becomes a file. Reads and listings merge the index with the folder.
+//!   Another process that opens the folder knocks; the solo process then
+//!   writes every young object in place, shares the lock and makes files
+//!   before it answers from then on, as below.
 //! - Two sync-in-place strategies: `Syncfs` issues one
 //!   `syncfs(2)` before and one after the renames; `PerFile` fdatasyncs the
 //!   batch's temporary files from a pool of threads, then fsyncs each touched
@@ -83,10 +91,12 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::journal::{
-    CHECKPOINT_INTERVAL, Entry, EntryKind, JOURNAL_BATCH_BYTES_MAX, JOURNAL_BODY_MAX, JOURNAL_DIR,
-    Journal, JournalOptions, entry_bytes,
+    CHECKPOINT_INTERVAL, Checkpoints, Entry, EntryAt, EntryKind, JOURNAL_BATCH_BYTES_MAX,
+    JOURNAL_BODY_MAX, JOURNAL_DIR, Journal, JournalOptions, entry_bytes,
 };
 use crate::key::{validate_key, validate_prefix};
+use crate::solo::{Hold, Mode, Watcher};
+use crate::young::{self, Young, YoungObject};
 use crate::{
     Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX, ListPage, Listed, Object, ObjectMeta, Result,
 };
@@ -177,6 +187,15 @@ pub struct FolderOptions {
     /// only safe with the default.
     #[doc(hidden)]
     pub inode_reuse_grace: Option<Duration>,
+    /// Never solo (ADR 0034): every object is a file before it is
+    /// answered, as when other processes share the folder. Tests run the
+    /// conformance suite both ways.
+    #[doc(hidden)]
+    pub never_solo: bool,
+    /// Tests: how long an opener waits for a solo process to make room
+    /// (default [`SOLO_WAIT_MAX`]).
+    #[doc(hidden)]
+    pub solo_wait_max: Option<Duration>,
 }
 
 /// The `file://` bucket. Cheap to share behind an `Arc`; dropping it stops
@@ -185,6 +204,11 @@ pub struct FolderOptions {
 /// leaves every write durable in place and no journal to recover.
 pub struct FolderBucket {
     root: Arc<PathBuf>,
+    /// Alone on the folder (ADR 0034): the objects that live in the journal
+    /// for now. `None` without a journal.
+    young: Option<Arc<Young>>,
+    /// Whether this process is alone on the folder (see `Solo::alone`).
+    alone: Arc<AtomicBool>,
     queue: mpsc::Sender<WriteRequest>,
     polling: Arc<Polling>,
     /// Becomes `true` once the files of gone processes were looked at.
@@ -192,6 +216,105 @@ pub struct FolderBucket {
     /// Last: fields drop in order, so `queue` is gone (the committer sees the
     /// end of its queue) before this waits for the thread.
     _committer: CommitterThread,
+}
+
+/// How long an opener waits for a process alone on the folder to put its
+/// young objects in place and make room (ADR 0034).
+pub const SOLO_WAIT_MAX: Duration = Duration::from_secs(60);
+/// Tries of the checkpoint that leaves solo mode before it gives up (the
+/// knocking process then times out; the objects go in place at the next
+/// checkpoint that succeeds).
+const LEAVE_SOLO_ATTEMPTS_MAX: usize = 50;
+
+/// This process's place on the folder (ADR 0034): alone, young objects stay
+/// in its journal until a checkpoint; another process's knock ends that.
+struct Solo {
+    young: Arc<Young>,
+    /// Whether batches may leave objects young. The committer holds it for
+    /// each batch; leaving solo mode turns it false for good.
+    alone: Arc<parking_lot::Mutex<bool>>,
+    /// `alone` for readers that must not wait for a batch.
+    alone_hint: Arc<AtomicBool>,
+    /// The lock on `.wal/solo`, held until the committer stops.
+    _hold: Arc<parking_lot::Mutex<Hold>>,
+    /// Watches for knocks while alone; dropped (its thread joined) before
+    /// the journal's last checkpoint.
+    watcher: Option<Watcher>,
+}
+
+impl Solo {
+    fn start(
+        root: &Arc<PathBuf>,
+        journal: &Journal,
+        wait_max: Duration,
+        never: bool,
+    ) -> io::Result<Solo> {
+        let wal = root.join(JOURNAL_DIR);
+        let hold = Hold::take(&wal, wait_max, &|| Ok(never || journal.others_present()?))?;
+        let young = Arc::new(Young::new(Arc::clone(root), journal.reader()?));
+        {
+            let young = Arc::clone(&young);
+            journal.set_placer(Arc::new(move |epoch| young.place_through(epoch).map(drop)));
+        }
+        let alone = hold.mode() == Mode::Solo;
+        if alone {
+            journal.mark_young()?;
+        }
+        let alone_hint = Arc::new(AtomicBool::new(alone));
+        let alone = Arc::new(parking_lot::Mutex::new(alone));
+        let hold = Arc::new(parking_lot::Mutex::new(hold));
+        let watcher = if *alone.lock() {
+            let checkpoints = journal.checkpoints();
+            let (alone, hint, hold) = (
+                Arc::clone(&alone),
+                Arc::clone(&alone_hint),
+                Arc::clone(&hold),
+            );
+            Some(Watcher::start(&wal, move || {
+                hint.store(false, Ordering::Relaxed);
+                leave_solo(&alone, &hold, &checkpoints);
+            })?)
+        } else {
+            None
+        };
+        Ok(Solo {
+            young,
+            alone,
+            alone_hint,
+            _hold: hold,
+            watcher,
+        })
+    }
+}
+
+/// Another process knocked: no more young objects; a checkpoint puts those
+/// there are in place; then the lock on `.wal/solo` becomes a shared one.
+fn leave_solo(
+    alone: &parking_lot::Mutex<bool>,
+    hold: &parking_lot::Mutex<Hold>,
+    checkpoints: &Checkpoints,
+) {
+    // Waits for the batch in progress: every later one makes files.
+    *alone.lock() = false;
+    for _ in 0..LEAVE_SOLO_ATTEMPTS_MAX {
+        match checkpoints.run().and_then(|()| checkpoints.unmark_young()) {
+            Ok(()) => {
+                match hold.lock().share() {
+                    Ok(()) => tracing::info!(
+                        "folder bucket: another process opened this folder; its objects are all files now"
+                    ),
+                    Err(e) => {
+                        tracing::error!(error = %e, "folder bucket: could not share .wal/solo")
+                    }
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "folder bucket: the checkpoint that leaves solo mode failed; retrying");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
 }
 
 /// The committer thread, waited for when the bucket is dropped (at most
@@ -582,7 +705,7 @@ impl FolderBucket {
             .map_err(|e| config("start the thread that adopts temporary files", e))?;
         let root_dir = File::open(&root).map_err(|e| config("open", e))?;
         let sync_pool = SyncPool::new(SYNC_THREADS_MAX);
-        let journal = match options.sync_mode {
+        let mut journal = match options.sync_mode {
             SyncMode::Journal => Some(
                 Journal::open(
                     &root,
@@ -597,12 +720,34 @@ impl FolderBucket {
             ),
             SyncMode::PerFile | SyncMode::Syncfs => None,
         };
+        let root = Arc::new(root);
+        let solo = match &journal {
+            Some(journal) => Some(
+                Solo::start(
+                    &root,
+                    journal,
+                    options.solo_wait_max.unwrap_or(SOLO_WAIT_MAX),
+                    options.never_solo,
+                )
+                .map_err(|e| config("take .wal/solo", e))?,
+            ),
+            None => None,
+        };
+        if let Some(journal) = &mut journal {
+            journal
+                .start_checkpointer()
+                .map_err(|e| config("start the checkpoint thread", e))?;
+        }
+        let young = solo.as_ref().map(|solo| Arc::clone(&solo.young));
+        let alone = solo.as_ref().map_or_else(
+            || Arc::new(AtomicBool::new(false)),
+            |solo| Arc::clone(&solo.alone_hint),
+        );
         let pool = InodePool::new(
             root.join(TEMP_DIR),
             temp_prefix.clone(),
             options.inode_reuse_grace.unwrap_or(INODE_REUSE_GRACE),
         );
-        let root = Arc::new(root);
         let (queue, receiver) = mpsc::channel(COMMIT_QUEUE_WRITES_MAX);
         let polling = Arc::new(Polling::default());
         let committer = Committer {
@@ -619,12 +764,15 @@ impl FolderBucket {
             adopted_locks: Vec::new(),
             adoption: Some(adopted_rx),
             pool,
+            solo,
         };
         let committer_thread =
             CommitterThread::spawn(CLOSE_WAIT_MAX, move || committer.run(receiver))
                 .map_err(|e| config("start the committer thread", e))?;
         Ok(FolderBucket {
             root,
+            young,
+            alone,
             queue,
             polling,
             adopted,
@@ -824,11 +972,23 @@ impl Bucket for FolderBucket {
         validate_key(key)?;
         check_not_reserved(key)?;
         let owned = key.to_owned();
-        self.read(key, move |root, reader| read_object(root, &owned, reader))
-            .await?
-            .ok_or_else(|| Error::NotFound {
-                key: key.to_owned(),
-            })
+        let young = self.young.clone();
+        self.read(key, move |root, reader| match &young {
+            Some(young) => young
+                .read(
+                    &owned,
+                    |object| Ok(Some(object)),
+                    || read_object(root, &owned, reader),
+                )
+                .map_err(|e| {
+                    ReadFailure::Failed(io_unavailable(&owned, "read from the journal", &e))
+                })?,
+            None => read_object(root, &owned, reader),
+        })
+        .await?
+        .ok_or_else(|| Error::NotFound {
+            key: key.to_owned(),
+        })
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
@@ -861,6 +1021,10 @@ impl Bucket for FolderBucket {
         self.write(key, WriteOp::DeleteNotDurable).await.map(drop)
     }
 
+    fn short_lived_objects_are_cheap(&self) -> bool {
+        self.alone.load(Ordering::Relaxed)
+    }
+
     async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
         self.write(key, WriteOp::DeleteIfMatch(etag.clone()))
             .await
@@ -871,8 +1035,16 @@ impl Bucket for FolderBucket {
         validate_prefix(prefix)?;
         let owned = prefix.to_owned();
         let after = start_after.map(str::to_owned);
+        let young = self.young.clone();
         self.read(prefix, move |root, reader| {
-            list_page_with(root, &owned, after.as_deref(), reader, Detail::Full)
+            list_merged(
+                young.as_deref(),
+                root,
+                &owned,
+                after.as_deref(),
+                reader,
+                Detail::Full,
+            )
         })
         .await
     }
@@ -888,9 +1060,17 @@ impl Bucket for FolderBucket {
         loop {
             let owned = prefix.to_owned();
             let from = after.take();
+            let young = self.young.clone();
             let page = self
                 .read(prefix, move |root, reader| {
-                    list_page_with(root, &owned, from.as_deref(), reader, Detail::Size)
+                    list_merged(
+                        young.as_deref(),
+                        root,
+                        &owned,
+                        from.as_deref(),
+                        reader,
+                        Detail::Size,
+                    )
                 })
                 .await?;
             all.extend(page.objects.into_iter().map(|meta| Listed {
@@ -920,6 +1100,50 @@ enum Detail {
     /// Its key and size only (the etag is left empty and the time is the
     /// epoch): for [`Bucket::list_keys`], which passes on neither.
     Size,
+}
+
+/// A page of the listing: the folder's, with the young objects merged in
+/// (they replace the older files of their keys).
+fn list_merged(
+    young: Option<&Young>,
+    root: &Path,
+    prefix: &str,
+    start_after: Option<&str>,
+    reader: Reader,
+    detail: Detail,
+) -> Result<ListPage, ReadFailure> {
+    let disk = || list_page_with(root, prefix, start_after, reader, detail);
+    let Some(young) = young else {
+        return disk();
+    };
+    let (listed, page) = young.list(|index| young::listed(index, prefix, start_after), disk);
+    let page = page?;
+    if listed.is_empty() {
+        return Ok(page);
+    }
+    // With more to come, young keys past this page's last are later pages'.
+    let bound = page.next.clone();
+    let mut merged: std::collections::BTreeMap<String, ObjectMeta> = page
+        .objects
+        .into_iter()
+        .map(|meta| (meta.key.clone(), meta))
+        .collect();
+    for meta in listed {
+        if bound
+            .as_deref()
+            .is_some_and(|last| meta.key.as_str() > last)
+        {
+            break;
+        }
+        merged.insert(meta.key.clone(), meta);
+    }
+    let mut objects: Vec<ObjectMeta> = merged.into_values().collect();
+    let mut next = bound;
+    if objects.len() > LIST_PAGE_OBJECTS_MAX {
+        objects.truncate(LIST_PAGE_OBJECTS_MAX);
+        next = objects.last().map(|meta| meta.key.clone());
+    }
+    Ok(ListPage { objects, next })
 }
 
 /// Walks the folder in key order (a folder `d` sorts as `d/`), collecting
@@ -1071,6 +1295,8 @@ struct Committer {
     /// The files of gone processes, from the thread that looks at them at
     /// open; taken in at the first batch after they arrive.
     adoption: Option<std::sync::mpsc::Receiver<Adopted>>,
+    /// Journal mode: this process's place on the folder (ADR 0034).
+    solo: Option<Solo>,
     temp_counter: u64,
     sync_pool: SyncPool,
     journal: Option<Journal>,
@@ -1259,6 +1485,12 @@ enum Plan {
     Pending {
         etag: Etag,
         replaces: Option<u64>,
+    },
+    /// A journaled write that stays young (solo mode, ADR 0034): no file
+    /// until a checkpoint.
+    Young {
+        etag: Etag,
+        size: u64,
     },
     /// `existed`: the size of the object removed, if one exists.
     Remove {
@@ -1461,6 +1693,10 @@ impl Committer {
             }
             self.commit(batch);
         }
+        // A knock seen now is answered before the last checkpoint.
+        if let Some(solo) = &mut self.solo {
+            drop(solo.watcher.take());
+        }
         if let Some(journal) = self.journal.take() {
             journal.close();
         }
@@ -1507,6 +1743,10 @@ impl Committer {
 
     fn commit(&mut self, batch: Vec<WriteRequest>) {
         self.take_adopted();
+        // Held for the whole batch: leaving solo mode waits for it.
+        let alone = self.solo.as_ref().map(|solo| Arc::clone(&solo.alone));
+        let alone = alone.as_ref().map(|alone| alone.lock());
+        let solo = alone.as_deref().copied().unwrap_or(false);
         let budget = journal_budget(&batch);
         if let Some(journal) = &mut self.journal
             && let Err(e) = journal.reserve(budget.iter().sum())
@@ -1540,7 +1780,7 @@ impl Committer {
         let answers = if self.journal.is_some() {
             match self.begin_journal_batch(&locked) {
                 Ok(position) => {
-                    let answers = self.commit_locked(&batch, &budget, Some(position));
+                    let answers = self.commit_locked(&batch, &budget, Some(position), solo);
                     if let Some(journal) = &mut self.journal
                         && let Err(e) = journal.end_batch()
                     {
@@ -1554,7 +1794,7 @@ impl Committer {
                     .collect(),
             }
         } else {
-            self.commit_locked(&batch, &budget, None)
+            self.commit_locked(&batch, &budget, None, false)
         };
         self.unlock(&locked);
         for (request, answer) in batch.into_iter().zip(answers) {
@@ -1616,6 +1856,9 @@ impl Committer {
         if let Some(state) = overlay.get(key) {
             return Ok(state.clone());
         }
+        if let Some(object) = self.young_object(key) {
+            return Ok(Some((object.etag, object.size)));
+        }
         if shape_of(&self.root.join(key)).is_ok_and(|shape| shape.dir) {
             return Err(prefix_collision(key));
         }
@@ -1627,16 +1870,52 @@ impl Committer {
     /// The key's size if it exists now (this batch's earlier writes
     /// included): one `stat`, for the writes whose condition is only
     /// existence.
-    fn exists(&self, overlay: &Overlay, key: &str) -> Result<Option<u64>> {
+    fn exists(&self, overlay: &Overlay, key: &str, put: bool) -> Result<Option<u64>> {
         if let Some(state) = overlay.get(key) {
             return Ok(state.as_ref().map(|(_, len)| *len));
+        }
+        if let Some(object) = self.young_object(key) {
+            return Ok(Some(object.size));
         }
         match shape_of(&self.root.join(key)) {
             Ok(shape) if shape.dir => Err(prefix_collision(key)),
             Ok(shape) => Ok(Some(shape.len)),
+            // A folder of the key is an object: the key cannot be written.
+            Err(e) if put && e.raw_os_error() == Some(libc::ENOTDIR) => Err(prefix_collision(key)),
             Err(e) if is_missing(&e) => Ok(None),
             Err(e) => Err(io_unavailable(key, "stat", &e)),
         }
+    }
+
+    /// The young object of `key`, if it is one.
+    fn young_object(&self, key: &str) -> Option<YoungObject> {
+        let solo = self.solo.as_ref()?;
+        solo.young.objects().read().get(key).cloned()
+    }
+
+    /// Whether a put of `key` would make it a folder of a young object or
+    /// an object in a young object's folder (this batch's young puts
+    /// included, `young`): the folder could not hold both in place.
+    fn collides_with_young(&self, overlay: &Overlay, key: &str, young: bool) -> bool {
+        if let Some(solo) = &self.solo
+            && young::collides(&solo.young.objects().read(), key)
+        {
+            return true;
+        }
+        if !young {
+            // Renames find this batch's collisions on the disk.
+            return false;
+        }
+        let ancestor = key
+            .match_indices('/')
+            .any(|(at, _)| matches!(overlay.get(&key[..at]), Some(Some(_))));
+        ancestor
+            || overlay.iter().any(|(k, state)| {
+                state.is_some()
+                    && k.len() > key.len()
+                    && k.starts_with(key)
+                    && k.as_bytes()[key.len()] == b'/'
+            })
     }
 
     /// Makes `temp` the object at `target`. When it replaces an object
@@ -1730,8 +2009,17 @@ impl Committer {
         overlay: &mut Overlay,
         request: &WriteRequest,
         journaled: bool,
+        solo: bool,
     ) -> Result<Plan> {
         let key = request.key.as_str();
+        let put = matches!(
+            request.op,
+            WriteOp::Put(_) | WriteOp::PutIfAbsent(_) | WriteOp::PutIfMatch(_, _)
+        );
+        let young = journaled && solo;
+        if put && self.collides_with_young(overlay, key, young) {
+            return Err(prefix_collision(key));
+        }
         let current = match &request.op {
             WriteOp::PutIfMatch(_, _) | WriteOp::DeleteIfMatch(_) => self.current(overlay, key)?,
             // Existence is all these ask (one stat, where reading and hashing
@@ -1741,7 +2029,7 @@ impl Committer {
             | WriteOp::PutIfAbsent(_)
             | WriteOp::Delete
             | WriteOp::DeleteNotDurable => self
-                .exists(overlay, key)?
+                .exists(overlay, key, put)?
                 .map(|len| (Etag(String::new()), len)),
         };
         let existing_len = current.as_ref().map(|(_, len)| *len);
@@ -1777,6 +2065,12 @@ impl Committer {
         };
         let etag = content_etag(bytes);
         overlay.insert(key.to_owned(), Some((etag.clone(), bytes.len() as u64)));
+        if young {
+            return Ok(Plan::Young {
+                etag,
+                size: bytes.len() as u64,
+            });
+        }
         if journaled {
             return Ok(Plan::Pending {
                 etag,
@@ -1828,6 +2122,7 @@ impl Committer {
         batch: &[WriteRequest],
         budget: &[usize],
         journal: Option<JournalPosition>,
+        solo: bool,
     ) -> Vec<Result<Option<ObjectMeta>>> {
         let mut overlay = Overlay::new();
         let mut plans: Vec<Plan> = batch
@@ -1835,10 +2130,12 @@ impl Committer {
             .zip(budget)
             .map(|(r, bytes)| {
                 let journaled = journal.is_some() && *bytes > 0;
-                self.plan(&mut overlay, r, journaled)
+                self.plan(&mut overlay, r, journaled, solo)
                     .unwrap_or_else(|e| Plan::Answered(Err(e)))
             })
             .collect();
+        // Where each young write's entry sits in the journal.
+        let mut young_at: Vec<Option<EntryAt>> = Vec::new();
 
         // 1. Make the new files that the journal does not hold durable
         //    before any of them becomes visible.
@@ -1862,40 +2159,44 @@ impl Committer {
         // 1b. Journal mode: the journaled writes and deletes, durable in the
         //     journal before any of them becomes visible.
         if let Some(position) = journal {
+            // Which plan each entry is of.
+            let mut entry_plans = Vec::new();
             let entries: Vec<Entry<'_>> = plans
                 .iter()
                 .zip(batch)
                 .enumerate()
-                .filter_map(|(index, (plan, request))| {
-                    let index = u32::try_from(index).expect("batches are small");
-                    match (plan, &request.op) {
+                .filter_map(|(at, (plan, request))| {
+                    let index = u32::try_from(at).expect("batches are small");
+                    let entry = match (plan, &request.op) {
                         (
-                            Plan::Pending { .. },
+                            Plan::Pending { .. } | Plan::Young { .. },
                             WriteOp::Put(body)
                             | WriteOp::PutIfAbsent(body)
                             | WriteOp::PutIfMatch(body, _),
-                        ) => Some(Entry {
+                        ) => Entry {
                             index,
                             kind: EntryKind::Put,
                             key: &request.key,
                             body,
-                            young: false,
-                        }),
+                            young: solo,
+                        },
                         (
                             Plan::Remove {
                                 existed: Some(_),
                                 durable: true,
                             },
                             _,
-                        ) => Some(Entry {
+                        ) => Entry {
                             index,
                             kind: EntryKind::Delete,
                             key: &request.key,
                             body: &[],
-                            young: false,
-                        }),
-                        _ => None,
-                    }
+                            young: solo,
+                        },
+                        _ => return None,
+                    };
+                    entry_plans.push(at);
+                    Some(entry)
                 })
                 .collect();
             // The new files are made before the journal's flush: invisible
@@ -1904,6 +2205,12 @@ impl Committer {
             let appended = journal.append(position.epoch, position.order, &entries, || {
                 self.make_pending_files(&mut plans, batch);
             });
+            if appended.is_ok() && solo {
+                young_at = vec![None; plans.len()];
+                for (plan, at) in entry_plans.iter().zip(journal.appended()) {
+                    young_at[*plan] = Some(*at);
+                }
+            }
             self.journal = Some(journal);
             drop(entries);
             if let Err(e) = appended {
@@ -1918,9 +2225,22 @@ impl Committer {
         let mut answers = Vec::with_capacity(plans.len());
         let mut applied = Vec::with_capacity(plans.len());
         let mut markers = Vec::new();
+        // The young index changes with the files (see `young.rs`); its lock
+        // is needed only while it may hold something.
+        let solo_state = self.solo.as_ref().map(|s| Arc::clone(&s.young));
+        let mut index_guard = solo_state.as_ref().and_then(|young| {
+            let objects = young.objects().write();
+            (solo || !objects.is_empty()).then_some(objects)
+        });
+        let now = SystemTime::now();
         for (index, (plan, request)) in plans.into_iter().zip(batch).enumerate() {
             let key = request.key.as_str();
             let target = self.root.join(key);
+            // A write or delete of a young key replaces its young object
+            // once (and only if) it applied: a failed one leaves it.
+            let was_young = index_guard
+                .as_ref()
+                .is_some_and(|objects| objects.contains_key(key));
             let answer = match plan {
                 Plan::Answered(answer) => {
                     applied.push(false);
@@ -1932,6 +2252,37 @@ impl Committer {
                         key: key.to_owned(),
                         reason: "internal: a journaled write without its file".to_owned(),
                     })
+                }
+                Plan::Young { etag, size } => {
+                    applied.push(false);
+                    match (
+                        young_at.get(index).copied().flatten(),
+                        index_guard.as_mut(),
+                        journal,
+                    ) {
+                        (Some(at), Some(objects), Some(position)) => {
+                            objects.insert(
+                                key.to_owned(),
+                                YoungObject {
+                                    at,
+                                    epoch: position.epoch,
+                                    etag: etag.clone(),
+                                    size,
+                                    modified: now,
+                                },
+                            );
+                            Ok(Some(ObjectMeta {
+                                key: key.to_owned(),
+                                etag,
+                                last_modified: now,
+                                size,
+                            }))
+                        }
+                        _ => Err(Error::OutcomeUnknown {
+                            key: key.to_owned(),
+                            reason: "internal: a young write without its journal entry".to_owned(),
+                        }),
+                    }
                 }
                 Plan::Write {
                     temp,
@@ -1965,10 +2316,28 @@ impl Committer {
                     if moved.is_ok() && !journaled && journal.is_some() {
                         markers.push(index);
                     }
+                    if moved.is_ok()
+                        && was_young
+                        && let Some(objects) = index_guard.as_mut()
+                    {
+                        objects.remove(key);
+                    }
                     moved.map(|()| Some(meta))
                 }
                 Plan::Remove { existed, durable } => {
-                    let removed = if let Some(len) = existed {
+                    let removed = if was_young {
+                        // Its file, if any, is older than the young object.
+                        let unlinked = match fs::remove_file(&target) {
+                            Err(e) if !is_missing(&e) => Err(io_unavailable(key, "remove", &e)),
+                            _ => Ok(None),
+                        };
+                        if unlinked.is_ok()
+                            && let Some(objects) = index_guard.as_mut()
+                        {
+                            objects.remove(key);
+                        }
+                        unlinked
+                    } else if let Some(len) = existed {
                         match self.remove(&target, len) {
                             Ok(()) => Ok(None),
                             Err(e) if is_missing(&e) => Ok(None),
@@ -2003,6 +2372,8 @@ impl Committer {
             markers.clear();
         }
 
+        drop(index_guard);
+
         // 4. Journal mode: mark the writes synced in place, so an older
         //    journaled entry for their key is never replayed over them.
         if let Some(position) = journal
@@ -2015,7 +2386,7 @@ impl Committer {
                     kind: EntryKind::Durable,
                     key: &batch[*index].key,
                     body: &[],
-                    young: false,
+                    young: solo,
                 })
                 .collect();
             let appended = self.journal.as_mut().expect("journal mode").append(

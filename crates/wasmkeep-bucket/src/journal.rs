@@ -247,18 +247,10 @@ pub(crate) fn decode_all(bytes: &[u8]) -> Vec<Decoded> {
 
 /// Reads appended entries back from a journal file, from any thread.
 #[derive(Debug, Clone)]
-#[allow(
-    dead_code,
-    reason = "ADR 0034, step 1 of 7: the index of young objects reads through it"
-)]
 pub(crate) struct JournalReader {
     file: Arc<File>,
 }
 
-#[allow(
-    dead_code,
-    reason = "ADR 0034, step 1 of 7: the index of young objects reads through it"
-)]
 impl JournalReader {
     /// The body of the entry at `at`, checked whole: an entry that is not
     /// there any more (its region started over) is an error, never another
@@ -349,9 +341,15 @@ struct Shared {
     /// checkpoint makes durable in place; locked by this process, removed
     /// after that checkpoint.
     pending: Mutex<Vec<(PathBuf, File)>>,
+    /// Puts young objects (ADR 0034) of epochs up to the one given in
+    /// place; each checkpoint calls it before its `syncfs`.
+    placer: Mutex<Option<Placer>>,
     stop: Mutex<bool>,
     wake: Condvar,
 }
+
+/// See [`Journal::set_placer`].
+pub(crate) type Placer = Arc<dyn Fn(u64) -> io::Result<()> + Send + Sync>;
 
 impl Shared {
     /// Makes every journaled entry so far durable in place (see the module
@@ -368,6 +366,12 @@ impl Shared {
         let epoch = bumped?;
         unlocked?;
         drop(epoch_file);
+        // Every batch of `epoch` is done (they hold the shared lock): its
+        // young objects go in place before the sync that makes them durable.
+        let placer = self.placer.lock().clone();
+        if let Some(place) = placer {
+            place(epoch)?;
+        }
         syncfs(&self.root_dir)?;
         raise_durable(&self.durable, epoch)?;
         self.durable_seen.fetch_max(epoch, Ordering::SeqCst);
@@ -412,6 +416,7 @@ pub(crate) struct Journal {
     /// Where the entries of the last `append` sit ([`Journal::appended`]).
     appended: Vec<EntryAt>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
+    checkpoint_interval: Duration,
     /// The folder of the pad files around the journal's inode (`None`:
     /// unpadded).
     pads: Option<PathBuf>,
@@ -481,17 +486,11 @@ impl Journal {
             journaled: AtomicU64::new(0),
             durable_seen: AtomicU64::new(durable_now),
             pending: Mutex::new(pending),
+            placer: Mutex::new(None),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
         let epoch_shared = open_counter_file(&dir.join(EPOCH_FILE))?;
-        let checkpointer = {
-            let shared = Arc::clone(&shared);
-            let interval = options.checkpoint_interval;
-            std::thread::Builder::new()
-                .name("wasmkeep-folder-checkpoint".to_owned())
-                .spawn(move || checkpoint_loop(&shared, interval))?
-        };
         Ok(Journal {
             shared,
             path,
@@ -504,7 +503,8 @@ impl Journal {
             }; 2],
             buffer: Vec::new(),
             appended: Vec::new(),
-            checkpointer: Some(checkpointer),
+            checkpointer: None,
+            checkpoint_interval: options.checkpoint_interval,
             pads,
         })
     }
@@ -633,20 +633,12 @@ impl Journal {
 
     /// Where the entries of the last successful [`Journal::append`] sit, in
     /// the order given.
-    #[allow(
-        dead_code,
-        reason = "ADR 0034, step 1 of 7: the committer records them at step 3"
-    )]
     pub(crate) fn appended(&self) -> &[EntryAt] {
         &self.appended
     }
 
     /// Marks this journal as holding young entries (the process went solo),
     /// so that a recovery on this boot reads and applies them.
-    #[allow(
-        dead_code,
-        reason = "ADR 0034, step 1 of 7: the folder marks its journal at step 3"
-    )]
     pub(crate) fn mark_young(&self) -> io::Result<()> {
         if let Some(marker) = young_marker(&self.path) {
             File::create(marker)?;
@@ -655,14 +647,79 @@ impl Journal {
     }
 
     /// A handle other threads read entries' bodies through.
-    #[allow(
-        dead_code,
-        reason = "ADR 0034, step 1 of 7: the index of young objects reads through it"
-    )]
     pub(crate) fn reader(&self) -> io::Result<JournalReader> {
         Ok(JournalReader {
             file: Arc::new(self.file.try_clone()?),
         })
+    }
+
+    /// Starts the thread that checkpoints every interval (and when a region
+    /// fills). Not at open: a process that waits for a solo process to make
+    /// room (ADR 0034) must not raise the durable epoch past young entries
+    /// that process has not put in place yet.
+    pub(crate) fn start_checkpointer(&mut self) -> io::Result<()> {
+        if self.checkpointer.is_none() {
+            let shared = Arc::clone(&self.shared);
+            let interval = self.checkpoint_interval;
+            self.checkpointer = Some(
+                std::thread::Builder::new()
+                    .name("wasmkeep-folder-checkpoint".to_owned())
+                    .spawn(move || checkpoint_loop(&shared, interval))?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Sets what each checkpoint calls to put young objects in place.
+    pub(crate) fn set_placer(&self, placer: Placer) {
+        *self.shared.placer.lock() = Some(placer);
+    }
+
+    /// A handle that runs checkpoints from another thread.
+    pub(crate) fn checkpoints(&self) -> Checkpoints {
+        Checkpoints {
+            shared: Arc::clone(&self.shared),
+            journal: self.path.clone(),
+        }
+    }
+
+    /// Whether another live process has a journal in this folder (its lock
+    /// is held, and not by this process).
+    pub(crate) fn others_present(&self) -> io::Result<bool> {
+        let dir = self.path.parent().expect("a journal lives in .wal");
+        let ours: Vec<PathBuf> = self
+            .shared
+            .pending
+            .lock()
+            .iter()
+            .map(|(path, _)| path.clone())
+            .collect();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            if !entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(JOURNAL_PREFIX)
+            {
+                continue;
+            }
+            let path = entry.path();
+            if path == self.path || ours.contains(&path) {
+                continue;
+            }
+            let file = match File::open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+                // A gone process's: this process's next open would take it.
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => return Ok(true),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(false)
     }
 
     /// A clean stop: everything journaled is made durable in place and the
@@ -679,6 +736,7 @@ impl Journal {
             tracing::warn!(path = %self.path.display(), error = %e, "folder bucket: could not remove the journal");
             return;
         }
+        let _ = remove_young_marker(&self.path);
         // If they stay, they go at the next open (`remove_orphan_pads`).
         if let Some(pads) = &self.pads {
             let _ = fs::remove_dir_all(pads);
@@ -697,6 +755,27 @@ impl Journal {
 impl Drop for Journal {
     fn drop(&mut self) {
         self.stop_checkpointer();
+    }
+}
+
+/// Runs checkpoints of a journal from another thread (see
+/// [`Journal::checkpoints`]).
+#[derive(Clone)]
+pub(crate) struct Checkpoints {
+    shared: Arc<Shared>,
+    journal: PathBuf,
+}
+
+impl Checkpoints {
+    /// Makes everything journaled so far durable in place.
+    pub(crate) fn run(&self) -> io::Result<()> {
+        self.shared.checkpoint()
+    }
+
+    /// Unmarks the journal: the process left solo mode and its young
+    /// entries are durable in place.
+    pub(crate) fn unmark_young(&self) -> io::Result<()> {
+        remove_young_marker(&self.journal)
     }
 }
 
@@ -979,8 +1058,10 @@ fn remove_young_marker(journal: &Path) -> io::Result<()> {
     }
 }
 
-/// The young entries of a gone journal past `durable`, the last one for
-/// each key (by order): in solo mode nobody else wrote those keys meanwhile.
+/// The last entry for each key (by order) of a gone journal past `durable`,
+/// where that entry is young: in solo mode nobody else wrote those keys
+/// meanwhile. A later entry that is not young (written after the process
+/// left solo mode) was in place as a file when it was answered.
 fn young_entries(journal: &File, durable: u64) -> io::Result<Vec<Decoded>> {
     // From the locked file, not its path (see `recover`).
     let mut bytes = Vec::new();
@@ -991,7 +1072,7 @@ fn young_entries(journal: &File, durable: u64) -> io::Result<Vec<Decoded>> {
         .into_iter()
         .chain(decode_all(&bytes[half..]))
     {
-        if !entry.young || entry.epoch <= durable {
+        if entry.epoch <= durable {
             continue;
         }
         let newer = last
@@ -1001,7 +1082,7 @@ fn young_entries(journal: &File, durable: u64) -> io::Result<Vec<Decoded>> {
             last.insert(entry.key.clone(), entry);
         }
     }
-    Ok(last.into_values().collect())
+    Ok(last.into_values().filter(|entry| entry.young).collect())
 }
 
 /// The journals of gone processes after recovery, still locked.

@@ -29,6 +29,7 @@ mod memory;
 mod open;
 mod s3;
 mod solo;
+mod young;
 
 pub use folder::{
     COMMIT_BATCH_WRITES_MAX, COMMIT_QUEUE_WRITES_MAX, FolderBucket, FolderOptions, LOCK_STRIPES,
@@ -158,6 +159,17 @@ pub trait Bucket: Send + Sync + fmt::Debug + 'static {
     /// skips the folder sync. Wrappers must forward it.
     async fn delete_not_durable(&self, key: &str) -> Result<()> {
         self.delete(key).await
+    }
+
+    /// Whether an object written and deleted again within moments costs
+    /// little more than nothing: the folder bucket alone on its folder keeps
+    /// young objects in its journal, and one deleted before the next
+    /// checkpoint never becomes a file (ADR 0034). The store then snapshots
+    /// small databases sooner, so their log records die young. It may change
+    /// from `true` to `false` (another process opened the folder). Wrappers
+    /// must forward it.
+    fn short_lived_objects_are_cheap(&self) -> bool {
+        false
     }
 
     /// Deletes the object only if its etag is still `etag`. Backends without

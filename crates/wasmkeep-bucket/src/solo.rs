@@ -19,17 +19,10 @@
 //! The knocking repeats while the opener waits, so a knock made before the
 //! holder started watching is not lost: the next one is seen.
 
-#![allow(
-    dead_code,
-    reason = "ADR 0034, step 2 of 7: the folder bucket takes it in at step 3"
-)]
-
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::folder::flock;
@@ -131,11 +124,10 @@ impl Hold {
     }
 }
 
-/// Watches `.wal/knock` on a thread of its own; `knocked` turns true at the
-/// first knock after [`Watcher::start`], and `on_knock` runs once then.
+/// Watches `.wal/knock` on a thread of its own: `on_knock` runs once, at the
+/// first knock after [`Watcher::start`].
 #[derive(Debug)]
 pub(crate) struct Watcher {
-    knocked: Arc<AtomicBool>,
     /// Written to stop the thread (its read end is polled with the inotify fd).
     stop: Option<OwnedFd>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -178,25 +170,17 @@ impl Watcher {
         // SAFETY: both descriptors were just created and are owned here.
         let (stop_read, stop_write) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let knocked = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&knocked);
         let thread = std::thread::Builder::new()
             .name("wasmkeep-knock".to_owned())
             .spawn(move || {
                 if wait_for_knock(&inotify, &stop_read) {
-                    flag.store(true, Ordering::Release);
                     on_knock();
                 }
             })?;
         Ok(Watcher {
-            knocked,
             stop: Some(stop_write),
             thread: Some(thread),
         })
-    }
-
-    pub(crate) fn knocked(&self) -> bool {
-        self.knocked.load(Ordering::Acquire)
     }
 }
 
@@ -300,7 +284,7 @@ mod tests {
         let mut first = Hold::take(dir.path(), Duration::from_secs(5), NOBODY).expect("first");
         assert_eq!(first.mode(), Mode::Solo);
         let (knocked_tx, knocked_rx) = mpsc::channel();
-        let watcher = Watcher::start(dir.path(), move || {
+        let _watcher = Watcher::start(dir.path(), move || {
             let _ = knocked_tx.send(());
         })
         .expect("the watcher");
@@ -308,7 +292,6 @@ mod tests {
         knocked_rx
             .recv_timeout(Duration::from_secs(30))
             .expect("the newcomer knocks");
-        assert!(watcher.knocked());
         first.share().expect("the first holder shares");
         assert_eq!(first.mode(), Mode::Shared);
         let mode = newcomer.join().expect("the newcomer's thread");
@@ -371,8 +354,16 @@ mod tests {
     #[test]
     fn a_watcher_dropped_without_a_knock_stops_its_thread() {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let watcher = Watcher::start(dir.path(), || {}).expect("the watcher");
-        assert!(!watcher.knocked());
+        let (knocked_tx, knocked_rx) = mpsc::channel::<()>();
+        let watcher = Watcher::start(dir.path(), move || {
+            let _ = knocked_tx.send(());
+        })
+        .expect("the watcher");
         drop(watcher); // joins the thread: the test would hang if it did not end
+        assert_eq!(
+            knocked_rx.try_recv(),
+            Err(mpsc::TryRecvError::Disconnected),
+            "no knock, and the callback is gone with the thread"
+        );
     }
 }

@@ -506,10 +506,29 @@ mod fixtures {
     }
 
     /// Replaced and deleted files are reused at once (no grace), so every
-    /// case also runs on reused inodes.
+    /// case also runs on reused inodes (as files: never solo).
     pub async fn folder_reusing_inodes(_test: &str) -> anyhow::Result<Fixture> {
         folder_with(wasmkeep_bucket::FolderOptions {
             inode_reuse_grace: Some(std::time::Duration::ZERO),
+            never_solo: true,
+            ..Default::default()
+        })
+    }
+
+    /// As if other processes shared the folder: every object is a file
+    /// before it is answered (ADR 0034). `folder` is alone on its folder.
+    pub async fn folder_shared(_test: &str) -> anyhow::Result<Fixture> {
+        folder_with(wasmkeep_bucket::FolderOptions {
+            never_solo: true,
+            ..Default::default()
+        })
+    }
+
+    /// Alone, with checkpoints as often as they can run: young objects are
+    /// put in place while the cases read, list and write them.
+    pub async fn folder_solo_checkpointing(_test: &str) -> anyhow::Result<Fixture> {
+        folder_with(wasmkeep_bucket::FolderOptions {
+            journal_checkpoint_interval: Some(std::time::Duration::from_millis(1)),
             ..Default::default()
         })
     }
@@ -533,6 +552,8 @@ backend_suite!(folder);
 backend_suite!(folder_per_file);
 backend_suite!(folder_syncfs);
 backend_suite!(folder_reusing_inodes);
+backend_suite!(folder_shared);
+backend_suite!(folder_solo_checkpointing);
 backend_suite!(s3);
 
 /// Child processes of the folder tests find their job here.
@@ -1007,8 +1028,10 @@ fn inode(root: &std::path::Path, key: &str) -> anyhow::Result<u64> {
 async fn folder_reuses_the_files_of_replaced_and_deleted_objects() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let root = dir.path().canonicalize()?;
+    // Files are reused as files are made: not alone (ADR 0034).
     let options = wasmkeep_bucket::FolderOptions {
         inode_reuse_grace: Some(std::time::Duration::ZERO),
+        never_solo: true,
         ..Default::default()
     };
     let bucket = wasmkeep_bucket::FolderBucket::open_with(&root, options)?;
@@ -1055,7 +1078,11 @@ async fn folder_reuses_the_files_of_replaced_and_deleted_objects() -> anyhow::Re
     // The default grace: a replaced file is not reused by the next write.
     let dir = tempfile::tempdir()?;
     let root = dir.path().canonicalize()?;
-    let bucket = wasmkeep_bucket::FolderBucket::open(&root)?;
+    let options = wasmkeep_bucket::FolderOptions {
+        never_solo: true,
+        ..Default::default()
+    };
+    let bucket = wasmkeep_bucket::FolderBucket::open_with(&root, options)?;
     bucket.put("k/a", Bytes::from_static(b"first")).await?;
     let first = inode(&root, "k/a")?;
     let _held = std::fs::File::open(root.join("k/a"))?;
@@ -1179,6 +1206,165 @@ fn buckets_opening_one_folder_at_once_all_start() -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("round {round}: {e}"))?;
             buckets.push(bucket);
         }
+    }
+    Ok(())
+}
+
+/// Alone on its folder (ADR 0034), a bucket keeps young objects in its
+/// journal: its reads and listings see them, the folder does not, until
+/// another opener knocks. That opener starts only once every object is a
+/// file, and from then on both make files before they answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_alone_keeps_young_objects_in_its_journal_until_another_opener_knocks()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().canonicalize()?;
+    // No checkpoint on its own: only the knock puts objects in place.
+    let first = wasmkeep_bucket::FolderBucket::open_with(&root, crash_before_checkpoint(BOOT_ONE))?;
+    first.put("y/a", Bytes::from_static(b"a")).await?;
+    first.put("y/b/c", Bytes::from_static(b"c")).await?;
+    first.put("y/gone", Bytes::from_static(b"x")).await?;
+    first.delete("y/gone").await?;
+    ensure!(
+        !root.join("y/a").exists() && !root.join("y/b/c").exists(),
+        "young objects are not files yet"
+    );
+    ensure!(first.get("y/a").await?.bytes == "a");
+    ensure!(first.head("y/b/c").await?.etag == wasmkeep_bucket::content_etag(b"c"));
+    let listed: Vec<String> = first.list("y/").await?.into_iter().map(|m| m.key).collect();
+    ensure!(listed == ["y/a", "y/b/c"], "listed {listed:?}");
+
+    let opener_root = root.clone();
+    let second = tokio::task::spawn_blocking(move || {
+        wasmkeep_bucket::FolderBucket::open_with(&opener_root, crash_before_checkpoint(BOOT_ONE))
+    })
+    .await??;
+    ensure!(std::fs::read(root.join("y/a"))? == b"a");
+    ensure!(std::fs::read(root.join("y/b/c"))? == b"c");
+    ensure!(
+        !root.join("y/gone").exists(),
+        "a young object deleted never became a file"
+    );
+    ensure!(second.get("y/b/c").await?.bytes == "c");
+
+    first.put("y/d", Bytes::from_static(b"d")).await?;
+    ensure!(
+        root.join("y/d").is_file(),
+        "after the knock, a write is a file"
+    );
+    ensure!(second.get("y/d").await?.bytes == "d");
+    second.put("y/e", Bytes::from_static(b"e")).await?;
+    ensure!(first.get("y/e").await?.bytes == "e");
+    Ok(())
+}
+
+/// A young object is not a file, so the folder cannot refuse a key below it
+/// (or above it) by itself: the bucket does, either way round and within
+/// one batch, and the refused write changes nothing. Every object that was
+/// answered goes in place at the last checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_alone_refuses_a_key_below_or_above_a_young_object() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().canonicalize()?;
+    let bucket =
+        wasmkeep_bucket::FolderBucket::open_with(&root, crash_before_checkpoint(BOOT_ONE))?;
+    let refused = |r: &wasmkeep_bucket::Result<_>| matches!(r, Err(Error::InvalidKey { .. }));
+    bucket.put("p/a", Bytes::from_static(b"1")).await?;
+    let below = bucket.put("p/a/b", Bytes::from_static(b"2")).await;
+    ensure!(refused(&below), "below a young object: {below:?}");
+    bucket.put("q/x/y", Bytes::from_static(b"3")).await?;
+    let above = bucket.put("q/x", Bytes::from_static(b"4")).await;
+    ensure!(refused(&above), "above a young object: {above:?}");
+    // At once: in one batch or two, exactly one of them is answered.
+    let (upper, lower) = tokio::join!(
+        bucket.put("r/a", Bytes::from_static(b"5")),
+        bucket.put("r/a/b", Bytes::from_static(b"6"))
+    );
+    ensure!(
+        upper.is_ok() != lower.is_ok() && (refused(&upper) || refused(&lower)),
+        "{upper:?} {lower:?}"
+    );
+    drop(bucket);
+    ensure!(std::fs::read(root.join("p/a"))? == b"1");
+    ensure!(std::fs::read(root.join("q/x/y"))? == b"3");
+    if upper.is_ok() {
+        ensure!(std::fs::read(root.join("r/a"))? == b"5");
+    } else {
+        ensure!(std::fs::read(root.join("r/a/b"))? == b"6");
+    }
+    Ok(())
+}
+
+/// A listing over files and young objects, several pages long: every key
+/// once and in order, a key's young version over its older file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_alone_lists_young_objects_and_files_page_by_page() -> anyhow::Result<()> {
+    const KEYS: usize = 3200;
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().canonicalize()?;
+    let key = |i: usize| format!("l/{i:04}");
+    let files = Arc::new(wasmkeep_bucket::FolderBucket::open_with(
+        &root,
+        wasmkeep_bucket::FolderOptions {
+            never_solo: true,
+            ..Default::default()
+        },
+    )?);
+    put_all(&files, (0..KEYS).step_by(2).map(key), "old").await?;
+    drop(files);
+    let bucket = Arc::new(wasmkeep_bucket::FolderBucket::open_with(
+        &root,
+        crash_before_checkpoint(BOOT_ONE),
+    )?);
+    put_all(&bucket, (0..KEYS).step_by(3).map(key), "new").await?;
+    ensure!(!root.join(key(3)).exists(), "the new objects are young");
+
+    let expected: Vec<(String, &str)> = (0..KEYS)
+        .filter(|i| i % 2 == 0 || i % 3 == 0)
+        .map(|i| (key(i), if i % 3 == 0 { "new" } else { "old" }))
+        .collect();
+    ensure!(expected.len() > 2 * LIST_PAGE_OBJECTS_MAX);
+    let listed: Vec<(String, Etag)> = bucket
+        .list("l/")
+        .await?
+        .into_iter()
+        .map(|m| (m.key, m.etag))
+        .collect();
+    let want: Vec<(String, Etag)> = expected
+        .iter()
+        .map(|(k, body)| (k.clone(), wasmkeep_bucket::content_etag(body.as_bytes())))
+        .collect();
+    ensure!(
+        listed == want,
+        "{} listed, {} expected",
+        listed.len(),
+        want.len()
+    );
+    let keys: Vec<String> = bucket
+        .list_keys("l/")
+        .await?
+        .into_iter()
+        .map(|l| l.key)
+        .collect();
+    ensure!(keys == expected.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>());
+    Ok(())
+}
+
+/// Puts `body` under each key, 64 at a time.
+async fn put_all(
+    bucket: &Arc<wasmkeep_bucket::FolderBucket>,
+    keys: impl Iterator<Item = String>,
+    body: &'static str,
+) -> anyhow::Result<()> {
+    let puts = futures::stream::iter(keys.map(|k| {
+        let bucket = Arc::clone(bucket);
+        async move { bucket.put(&k, Bytes::from_static(body.as_bytes())).await }
+    }))
+    .buffer_unordered(64)
+    .collect::<Vec<_>>()
+    .await;
+    for put in puts {
+        put?;
     }
     Ok(())
 }

@@ -71,6 +71,9 @@ impl Bucket for CountingBucket {
     async fn delete_not_durable(&self, key: &str) -> Result<()> {
         counted!(self, "delete", self.inner.delete_not_durable(key))
     }
+    fn short_lived_objects_are_cheap(&self) -> bool {
+        self.inner.short_lived_objects_are_cheap()
+    }
     async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
         counted!(
             self,

@@ -93,10 +93,20 @@ fn node(dir: &Path, app: &str, identity: Option<&Path>) -> Server {
     Server::start(dir, &args)
 }
 
-/// Heartbeat line 10 of node `dev` of `app`, read from the folder bucket.
+/// Heartbeat line 10 of node `dev` of `app`, read from the folder bucket
+/// (through the backend: a node alone on its folder keeps young objects in
+/// its journal, and this open makes it write them out, ADR 0034).
 fn heartbeat_secrets_line(dir: &Path, app: &str) -> String {
-    let path = dir.join(format!("bucket/apps/{app}/nodes/dev"));
-    let text = std::fs::read_to_string(&path).unwrap();
+    use wasmkeep_bucket::Bucket as _;
+    let bucket = wasmkeep_bucket::FolderBucket::open(&dir.join("bucket")).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let object = runtime
+        .block_on(bucket.get(&format!("apps/{app}/nodes/dev")))
+        .unwrap();
+    let text = String::from_utf8(object.bytes.to_vec()).unwrap();
     text.lines().nth(9).unwrap_or_default().to_owned()
 }
 

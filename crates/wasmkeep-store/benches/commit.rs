@@ -83,6 +83,9 @@ impl Bucket for Counting {
         self.count();
         self.inner.delete_not_durable(key).await
     }
+    fn short_lived_objects_are_cheap(&self) -> bool {
+        self.inner.short_lived_objects_are_cheap()
+    }
     async fn delete_if_match(&self, key: &str, etag: &Etag) -> wasmkeep_bucket::Result<()> {
         self.count();
         self.inner.delete_if_match(key, etag).await

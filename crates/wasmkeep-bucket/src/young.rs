@@ -1,0 +1,249 @@
+//! Young objects (ADR 0034): written by a process alone on its folder, they
+//! live in its journal until a checkpoint puts them in place as files.
+//!
+//! The index maps each young key to its journal entry (read back with
+//! `pread`), etag, size and time. Only the committer adds entries; the
+//! committer (a later write or delete of the key) and the checkpoint
+//! ([`Young::place_through`]) remove them. Both hold the index's write lock
+//! while they change the key's file, so a checkpoint never puts an old body
+//! over a newer write or brings a deleted object back.
+//!
+//! A reader looks at the index before the disk. The one read that could see
+//! a file half written is a disk read of a key that became young and was put
+//! in place meanwhile (a read racing that key's write): every placement
+//! moves [`Young::placing`] twice (odd while a file is being written), and a
+//! disk read that saw it move is done again, after a few tries with the read
+//! lock held (which keeps placements out).
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::ops::Bound;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+use crate::journal::{EntryAt, JournalReader};
+use crate::{Etag, Object, ObjectMeta};
+
+/// Disk reads tried without the read lock before one is done with it.
+const OPTIMISTIC_READS_MAX: usize = 3;
+
+/// One young object.
+#[derive(Debug, Clone)]
+pub(crate) struct YoungObject {
+    pub at: EntryAt,
+    /// The epoch of its batch: the checkpoint that moves past it places it.
+    pub epoch: u64,
+    pub etag: Etag,
+    pub size: u64,
+    pub modified: SystemTime,
+}
+
+pub(crate) type Index = BTreeMap<String, YoungObject>;
+
+/// The index of young objects, shared by the committer, the checkpoint and
+/// readers.
+pub(crate) struct Young {
+    root: Arc<PathBuf>,
+    reader: JournalReader,
+    objects: RwLock<Index>,
+    /// Moves to odd when a placement starts writing a file, back to even
+    /// when it is done.
+    placing: AtomicU64,
+}
+
+impl std::fmt::Debug for Young {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Young")
+            .field("objects", &self.objects.read().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Young {
+    pub(crate) fn new(root: Arc<PathBuf>, reader: JournalReader) -> Self {
+        Young {
+            root,
+            reader,
+            objects: RwLock::new(Index::new()),
+            placing: AtomicU64::new(0),
+        }
+    }
+
+    /// The index, for the committer (its write lock: applying a batch).
+    pub(crate) fn objects(&self) -> &RwLock<Index> {
+        &self.objects
+    }
+
+    /// The meta of a young key.
+    pub(crate) fn meta(object: &YoungObject, key: &str) -> ObjectMeta {
+        ObjectMeta {
+            key: key.to_owned(),
+            etag: object.etag.clone(),
+            last_modified: object.modified,
+            size: object.size,
+        }
+    }
+
+    /// Reads `key`: its young body if the index has it, else `disk()`
+    /// (consistent with placements, see the module docs).
+    pub(crate) fn read<T>(
+        &self,
+        key: &str,
+        young: impl Fn(Object) -> T,
+        disk: impl Fn() -> T,
+    ) -> io::Result<T> {
+        for _ in 0..OPTIMISTIC_READS_MAX {
+            let before = self.placing.load(Ordering::SeqCst);
+            if before.is_multiple_of(2) {
+                {
+                    let objects = self.objects.read();
+                    if let Some(object) = objects.get(key) {
+                        return Ok(young(self.body(key, object)?));
+                    }
+                }
+                let read = disk();
+                if self.placing.load(Ordering::SeqCst) == before {
+                    return Ok(read);
+                }
+            }
+            std::thread::yield_now();
+        }
+        let objects = self.objects.read();
+        if let Some(object) = objects.get(key) {
+            return Ok(young(self.body(key, object)?));
+        }
+        Ok(disk())
+    }
+
+    /// Lists: `disk()` merged with the young objects its listing may hold
+    /// (`young_in(index)` picks them), consistent with placements.
+    pub(crate) fn list<T>(
+        &self,
+        young_in: impl Fn(&Index) -> Vec<ObjectMeta>,
+        disk: impl Fn() -> T,
+    ) -> (Vec<ObjectMeta>, T) {
+        for _ in 0..OPTIMISTIC_READS_MAX {
+            let before = self.placing.load(Ordering::SeqCst);
+            if before.is_multiple_of(2) {
+                let young = young_in(&self.objects.read());
+                let read = disk();
+                if self.placing.load(Ordering::SeqCst) == before {
+                    return (young, read);
+                }
+            }
+            std::thread::yield_now();
+        }
+        let objects = self.objects.read();
+        (young_in(&objects), disk())
+    }
+
+    fn body(&self, key: &str, object: &YoungObject) -> io::Result<Object> {
+        let bytes = self.reader.body(object.at)?;
+        Ok(Object {
+            bytes: Bytes::from(bytes),
+            meta: Self::meta(object, key),
+        })
+    }
+
+    /// Puts every young object of an epoch up to `epoch` in place as a file
+    /// (not synced: the checkpoint's `syncfs` follows) and drops it from the
+    /// index. Returns how many were placed.
+    pub(crate) fn place_through(&self, epoch: u64) -> io::Result<usize> {
+        let due: Vec<(String, EntryAt)> = self
+            .objects
+            .read()
+            .iter()
+            .filter(|(_, o)| o.epoch <= epoch)
+            .map(|(k, o)| (k.clone(), o.at))
+            .collect();
+        let mut placed = 0;
+        for (key, at) in due {
+            let mut objects = self.objects.write();
+            let object = match objects.get(&key) {
+                Some(object) if object.at == at => object,
+                // Written again or deleted since: not this placement's.
+                _ => continue,
+            };
+            let body = self.reader.body(at)?;
+            self.placing.fetch_add(1, Ordering::SeqCst);
+            let written = write_in_place(&self.root, &key, &body, object.modified);
+            if written.is_ok() {
+                objects.remove(&key);
+                placed += 1;
+            }
+            self.placing.fetch_add(1, Ordering::SeqCst);
+            written.map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("put the young object {key} in place: {e}"),
+                )
+            })?;
+        }
+        Ok(placed)
+    }
+}
+
+/// Whether the index holds a key that is a folder of `key` (`a/b` for
+/// `a/b/c`) or that `key` would be a folder of (`a/b/c` for `a/b`): the
+/// folder bucket cannot hold both.
+pub(crate) fn collides(index: &Index, key: &str) -> bool {
+    let ancestor = key
+        .match_indices('/')
+        .any(|(at, _)| index.contains_key(&key[..at]));
+    if ancestor {
+        return true;
+    }
+    let below = format!("{key}/");
+    index
+        .range::<str, _>((Bound::Included(below.as_str()), Bound::Unbounded))
+        .next()
+        .is_some_and(|(k, _)| k.starts_with(&below))
+}
+
+/// The young objects a listing of `prefix` after `start_after` may show, in
+/// key order.
+pub(crate) fn listed(index: &Index, prefix: &str, start_after: Option<&str>) -> Vec<ObjectMeta> {
+    let from = match start_after {
+        Some(after) if after >= prefix => Bound::Excluded(after),
+        _ => Bound::Included(prefix),
+    };
+    index
+        .range::<str, _>((from, Bound::Unbounded))
+        .take_while(|(k, _)| k.starts_with(prefix))
+        .map(|(k, o)| Young::meta(o, k))
+        .collect()
+}
+
+/// Writes `body` as the file of `key`: a new file when there is none, else
+/// the old one overwritten (no rename: nobody else looks at the folder, and
+/// this process's readers see the index until the file is whole).
+fn write_in_place(root: &Path, key: &str, body: &[u8], modified: SystemTime) -> io::Result<()> {
+    let target = root.join(key);
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&target)
+    };
+    let file = match open() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            open()?
+        }
+        opened => opened?,
+    };
+    file.write_all_at(body, 0)?;
+    file.set_len(body.len() as u64)?;
+    // The time of the write, as a read of the young object reported it.
+    file.set_modified(modified)
+}
