@@ -41,6 +41,13 @@ pub struct StoreConfig {
     pub snapshot_log_records: u64,
     /// ... or once the records since the last snapshot hold this many bytes.
     pub snapshot_log_bytes: u64,
+    /// ... or, where the bucket says short-lived objects are cheap
+    /// ([`wasmkeep_bucket::Bucket::short_lived_objects_are_cheap`]), once at
+    /// least [`EARLY_SNAPSHOT_RECORDS_MIN`] records since the last snapshot
+    /// hold this many times the database's size (0: never). A small
+    /// database then snapshots every few records and its records are
+    /// deleted before they ever become files (ADR 0034).
+    pub snapshot_log_database_multiple: u64,
     /// Largest log record (one event's change set must fit in one record;
     /// group commit starts a new record rather than exceed it).
     pub record_bytes_max: usize,
@@ -62,6 +69,7 @@ impl Default for StoreConfig {
         Self {
             snapshot_log_records: 256,
             snapshot_log_bytes: 64 << 20,
+            snapshot_log_database_multiple: 4,
             record_bytes_max: 32 << 20,
             database_bytes_max: 1 << 30,
             query_bytes_max: 32 << 20,
@@ -71,6 +79,11 @@ impl Default for StoreConfig {
         }
     }
 }
+
+/// Fewest records between two snapshots taken because the log outweighs
+/// the database ([`StoreConfig::snapshot_log_database_multiple`]): each
+/// snapshot also lists the actor's records and deletes them.
+pub const EARLY_SNAPSHOT_RECORDS_MIN: u64 = 8;
 
 /// Who writes a log record: written into every record, so a writer can tell
 /// its own record from another's after a lost reply.

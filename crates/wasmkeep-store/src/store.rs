@@ -752,13 +752,23 @@ impl ActorStore {
             st.next_seq += 1;
             self.records_since_snapshot += 1;
             let config = &self.shared.config;
+            let early = || {
+                config.snapshot_log_database_multiple > 0
+                    && self.records_since_snapshot >= crate::EARLY_SNAPSHOT_RECORDS_MIN
+                    && self.shared.bucket.short_lived_objects_are_cheap()
+                    && self.bytes_since_snapshot
+                        >= config
+                            .snapshot_log_database_multiple
+                            .saturating_mul(self.file.lock().size_bytes())
+            };
             let image = (self.records_since_snapshot >= config.snapshot_log_records
-                || self.bytes_since_snapshot >= config.snapshot_log_bytes)
-                .then(|| {
-                    self.records_since_snapshot = 0;
-                    self.bytes_since_snapshot = 0;
-                    self.file.lock().image()
-                });
+                || self.bytes_since_snapshot >= config.snapshot_log_bytes
+                || early())
+            .then(|| {
+                self.records_since_snapshot = 0;
+                self.bytes_since_snapshot = 0;
+                self.file.lock().image()
+            });
             st.queue.push_back(Pending {
                 seq,
                 pages: BTreeMap::new(),

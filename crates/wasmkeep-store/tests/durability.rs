@@ -871,3 +871,73 @@ async fn a_store_dropped_with_queued_records_still_writes_them() {
     let mut s = open(&bucket, &a, "n2").await;
     assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 4);
 }
+
+/// Alone on its folder, the folder bucket says short-lived objects are
+/// cheap (ADR 0034): a small database snapshots once its log outweighs it
+/// a few times, so its records are deleted while young. Shared, it waits
+/// for `snapshot_log_records` as on any other bucket. Either way the state
+/// restores whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_database_snapshots_early_where_short_lived_objects_are_cheap() {
+    const EVENTS: i64 = 40;
+    for never_solo in [false, true] {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let bucket: Arc<dyn wasmkeep_bucket::Bucket> = Arc::new(
+            wasmkeep_bucket::FolderBucket::open_with(
+                dir.path(),
+                wasmkeep_bucket::FolderOptions {
+                    never_solo,
+                    ..Default::default()
+                },
+            )
+            .expect("open the folder"),
+        );
+        assert_eq!(bucket.short_lived_objects_are_cheap(), !never_solo);
+        let a = actor("small");
+        let open = || {
+            ActorStore::open(
+                Arc::clone(&bucket),
+                keys(),
+                a.clone(),
+                writer("n1"),
+                config(),
+            )
+        };
+        let mut s = open().await.expect("open the store");
+        event(&mut s, &["CREATE TABLE c (n)", "INSERT INTO c VALUES (0)"])
+            .await
+            .unwrap();
+        for _ in 0..EVENTS {
+            // One record each: every event waits for its own.
+            event(&mut s, &["UPDATE c SET n = n + 1"]).await.unwrap();
+        }
+        s.flush().await.unwrap();
+        let snapshots = bucket
+            .list_keys(&keys().actor_snapshot_prefix(&a))
+            .await
+            .unwrap();
+        let logs = bucket
+            .list_keys(&keys().actor_log_prefix(&a))
+            .await
+            .unwrap();
+        if never_solo {
+            assert!(snapshots.is_empty(), "{snapshots:?}");
+            assert_eq!(logs.len() as i64, EVENTS + 1);
+        } else {
+            let newest = snapshots
+                .iter()
+                .filter_map(|l| Keys::parse_seq(&l.key).ok())
+                .max()
+                .expect("a snapshot");
+            assert!(
+                newest >= (EVENTS as u64) - 16,
+                "the newest snapshot is at {newest}"
+            );
+            assert!(logs.len() <= 24, "{} records left", logs.len());
+        }
+        s.close().await;
+        let mut s = open().await.expect("reopen the store");
+        assert_eq!(int(&mut s, "SELECT n FROM c"), EVENTS);
+        s.close().await;
+    }
+}
