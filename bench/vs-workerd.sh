@@ -15,7 +15,8 @@
 # start is replaced by `wasmkeep dev` on a folder bucket (its compiled-component
 # cache is the default one, so only the first start ever compiles), its base and
 # WebSocket URLs get the tenant and class (/bench/counter), and "actor databases on disk" counts
-# actor folders in the bucket instead of *.sqlite files.
+# actor folders in the bucket instead of *.sqlite files (waiting up to 10 s
+# for the node's next checkpoint to write its young objects, ADR 0034).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SRC="${1:-$ROOT/../shared/bench/workerd}"
@@ -57,6 +58,13 @@ sub('''  local cmd=("$WORKERD" serve "$HERE/workerd/config.capnp"
     f'''  local cmd=("{exe}" dev --bucket "file://$DATA" --listen "127.0.0.1:$PORT")''')
 sub('''actor_dbs() { find "$DATA" -name '*.sqlite' ! -name 'metadata.sqlite' | wc -l; }''',
     '''actor_dbs() { find "$DATA/apps" -mindepth 5 -maxdepth 5 -type d -path '*/actors/*/*/*' 2>/dev/null | wc -l; }''')
+# A node alone on its folder keeps young objects in its journal until its
+# next checkpoint (ADR 0034; every 4 s when idle): the new actors' folders
+# appear by then. Wait for them, at most 10 s.
+sub('''  created=$(( $(actor_dbs) - before ))''',
+    '''  for _ in $(seq 100); do
+    created=$(( $(actor_dbs) - before )); [ "$created" -ge "$ok" ] && break; sleep 0.1
+  done''')
 sub('--url "ws://127.0.0.1:$PORT/wsroom/ws"', '--url "ws://127.0.0.1:$PORT/bench/counter/wsroom/ws"')
 sub('if curl -s -o /dev/null --max-time 1 "$BASE/"', 'if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$PORT/"')
 open(dst, "w").write(s)
