@@ -1116,11 +1116,18 @@ fn list_merged(
     let Some(young) = young else {
         return disk();
     };
-    let (listed, page) = young.list(|index| young::listed(index, prefix, start_after), disk);
+    // One more than a page: a page holds no young key past the first
+    // page's worth of them.
+    let (mut listed, page) = young.list(
+        |index| young::listed(index, prefix, start_after, LIST_PAGE_OBJECTS_MAX + 1),
+        disk,
+    );
     let page = page?;
     if listed.is_empty() {
         return Ok(page);
     }
+    let cut = listed.len() > LIST_PAGE_OBJECTS_MAX;
+    listed.truncate(LIST_PAGE_OBJECTS_MAX);
     // With more to come, young keys past this page's last are later pages'.
     let bound = page.next.clone();
     let mut merged: std::collections::BTreeMap<String, ObjectMeta> = page
@@ -1139,7 +1146,7 @@ fn list_merged(
     }
     let mut objects: Vec<ObjectMeta> = merged.into_values().collect();
     let mut next = bound;
-    if objects.len() > LIST_PAGE_OBJECTS_MAX {
+    if objects.len() > LIST_PAGE_OBJECTS_MAX || cut {
         objects.truncate(LIST_PAGE_OBJECTS_MAX);
         next = objects.last().map(|meta| meta.key.clone());
     }

@@ -208,8 +208,13 @@ pub(crate) fn collides(index: &Index, key: &str) -> bool {
 }
 
 /// The young objects a listing of `prefix` after `start_after` may show, in
-/// key order.
-pub(crate) fn listed(index: &Index, prefix: &str, start_after: Option<&str>) -> Vec<ObjectMeta> {
+/// key order, at most `most`.
+pub(crate) fn listed(
+    index: &Index,
+    prefix: &str,
+    start_after: Option<&str>,
+    most: usize,
+) -> Vec<ObjectMeta> {
     let from = match start_after {
         Some(after) if after >= prefix => Bound::Excluded(after),
         _ => Bound::Included(prefix),
@@ -217,6 +222,7 @@ pub(crate) fn listed(index: &Index, prefix: &str, start_after: Option<&str>) -> 
     index
         .range::<str, _>((from, Bound::Unbounded))
         .take_while(|(k, _)| k.starts_with(prefix))
+        .take(most)
         .map(|(k, o)| Young::meta(o, k))
         .collect()
 }
