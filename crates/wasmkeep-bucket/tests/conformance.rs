@@ -1368,3 +1368,46 @@ async fn put_all(
     }
     Ok(())
 }
+
+/// A key that has a file from before (an earlier process wrote it) and then
+/// a young version: deleting it removes the file too, so nothing comes back
+/// after the next open. A young object that never had a file leaves none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_alone_deletes_the_older_file_under_a_young_object() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().canonicalize()?;
+    let first = wasmkeep_bucket::FolderBucket::open(&root)?;
+    first.put("d/k", Bytes::from_static(b"old")).await?;
+    drop(first);
+    ensure!(
+        std::fs::read(root.join("d/k"))? == b"old",
+        "in place at close"
+    );
+
+    let second =
+        wasmkeep_bucket::FolderBucket::open_with(&root, crash_before_checkpoint(BOOT_ONE))?;
+    second.put("d/k", Bytes::from_static(b"new")).await?;
+    ensure!(second.get("d/k").await?.bytes == "new");
+    second.put("d/fresh", Bytes::from_static(b"x")).await?;
+    second.delete("d/k").await?;
+    second.delete("d/fresh").await?;
+    ensure!(
+        !root.join("d/k").exists(),
+        "the older file went with the delete"
+    );
+    ensure!(matches!(
+        second.get("d/k").await,
+        Err(Error::NotFound { .. })
+    ));
+    drop(second);
+
+    let third = wasmkeep_bucket::FolderBucket::open(&root)?;
+    for key in ["d/k", "d/fresh"] {
+        ensure!(
+            matches!(third.get(key).await, Err(Error::NotFound { .. })),
+            "{key}"
+        );
+    }
+    ensure!(third.list("d/").await?.is_empty());
+    Ok(())
+}
