@@ -204,8 +204,8 @@ pub struct FolderOptions {
 /// leaves every write durable in place and no journal to recover.
 pub struct FolderBucket {
     root: Arc<PathBuf>,
-    /// Alone on the folder (ADR 0034): the objects that live in the journal
-    /// for now. `None` without a journal.
+    /// The objects that live in the journal for now (ADR 0034; none unless
+    /// this process is alone on the folder). `None` without a journal.
     young: Option<Arc<Young>>,
     /// Whether this process is alone on the folder (see `Solo::alone`).
     alone: Arc<AtomicBool>,
@@ -259,6 +259,10 @@ impl Solo {
         let alone = hold.mode() == Mode::Solo;
         if alone {
             journal.mark_young()?;
+            tracing::info!(
+                folder = %root.display(),
+                "folder bucket: alone on this folder; new objects stay in the journal until a checkpoint (ADR 0034)"
+            );
         }
         let alone_hint = Arc::new(AtomicBool::new(alone));
         let alone = Arc::new(parking_lot::Mutex::new(alone));
@@ -315,6 +319,10 @@ fn leave_solo(
             }
         }
     }
+    tracing::error!(
+        attempts = LEAVE_SOLO_ATTEMPTS_MAX,
+        "folder bucket: gave up leaving solo mode; the process that knocked will time out (young objects go in place at the next checkpoint that succeeds)"
+    );
 }
 
 /// The committer thread, waited for when the bucket is dropped (at most
