@@ -2174,8 +2174,9 @@ impl Committer {
         // 1b. Journal mode: the journaled writes and deletes, durable in the
         //     journal before any of them becomes visible.
         if let Some(position) = journal {
-            // Which plan each entry is of.
+            // Which plan each entry is of, and whether any must be durable.
             let mut entry_plans = Vec::new();
+            let mut durable_entries = false;
             let entries: Vec<Entry<'_>> = plans
                 .iter()
                 .zip(batch)
@@ -2195,13 +2196,18 @@ impl Committer {
                             body,
                             young: solo,
                         },
+                        // Alone, a delete that need not be durable is
+                        // journaled too (not flushed for its own sake):
+                        // else a crash would bring back every young object
+                        // deleted since the last checkpoint, and the next
+                        // open would write each of them as a file.
                         (
                             Plan::Remove {
                                 existed: Some(_),
-                                durable: true,
+                                durable,
                             },
                             _,
-                        ) => Entry {
+                        ) if *durable || solo => Entry {
                             index,
                             kind: EntryKind::Delete,
                             key: &request.key,
@@ -2210,6 +2216,7 @@ impl Committer {
                         },
                         _ => return None,
                     };
+                    durable_entries |= !matches!(plan, Plan::Remove { durable: false, .. });
                     entry_plans.push(at);
                     Some(entry)
                 })
@@ -2217,9 +2224,15 @@ impl Committer {
             // The new files are made before the journal's flush: invisible
             // until renamed, which waits for the flush.
             let mut journal = self.journal.take().expect("journal mode");
-            let appended = journal.append(position.epoch, position.order, &entries, || {
-                self.make_pending_files(&mut plans, batch);
-            });
+            let appended = journal.append_with(
+                position.epoch,
+                position.order,
+                &entries,
+                durable_entries,
+                || {
+                    self.make_pending_files(&mut plans, batch);
+                },
+            );
             if appended.is_ok() && solo {
                 young_at = vec![None; plans.len()];
                 for (plan, at) in entry_plans.iter().zip(journal.appended()) {
@@ -2512,8 +2525,8 @@ fn journal_budget(batch: &[WriteRequest]) -> Vec<usize> {
                 WriteOp::Put(b) | WriteOp::PutIfAbsent(b) | WriteOp::PutIfMatch(b, _) => {
                     Some(b.len())
                 }
-                WriteOp::Delete | WriteOp::DeleteIfMatch(_) => Some(0),
-                WriteOp::DeleteNotDurable => None,
+                // A non-durable delete is journaled alone on the folder.
+                WriteOp::Delete | WriteOp::DeleteIfMatch(_) | WriteOp::DeleteNotDurable => Some(0),
             };
             let marker = entry_bytes(&request.key, 0);
             let bytes = match body {
@@ -2524,7 +2537,7 @@ fn journal_budget(batch: &[WriteRequest]) -> Vec<usize> {
                 used += bytes;
                 bytes
             } else {
-                // Room for a marker (or nothing, for a non-durable delete).
+                // Room for a marker.
                 used += marker;
                 0
             }

@@ -568,6 +568,21 @@ impl Journal {
         entries: &[Entry<'_>],
         before_flush: impl FnOnce(),
     ) -> io::Result<()> {
+        self.append_with(epoch, order, entries, true, before_flush)
+    }
+
+    /// [`Journal::append`], flushed only when `flush`: entries that need
+    /// not be durable (the deletes of young objects that need not survive a
+    /// power cut) reach the disk with the next flush, and a recovery on the
+    /// same boot reads them from the page cache.
+    pub(crate) fn append_with(
+        &mut self,
+        epoch: u64,
+        order: u64,
+        entries: &[Entry<'_>],
+        flush: bool,
+        before_flush: impl FnOnce(),
+    ) -> io::Result<()> {
         if entries.is_empty() {
             before_flush();
             return Ok(());
@@ -575,7 +590,9 @@ impl Journal {
         let written = self.write_entries(epoch, order, entries);
         before_flush();
         let (index, end) = written?;
-        self.file.sync_data()?;
+        if flush {
+            self.file.sync_data()?;
+        }
         let region = &mut self.regions[index];
         region.offset = end;
         region.epoch = region.epoch.max(epoch);

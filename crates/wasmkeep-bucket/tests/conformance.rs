@@ -618,7 +618,8 @@ fn folder_child_process() -> anyhow::Result<()> {
                 }
             }
             "journal" => {
-                // One write per line of stdin (`put K V`, `big K`, `delete K`),
+                // One write per line of stdin (`put K V`, `big K`, `delete K`,
+                // `forget K`: a delete that need not be durable),
                 // answered `OK` once it returned; killed by the parent.
                 let (lines_tx, mut lines) = tokio::sync::mpsc::channel::<String>(1);
                 std::thread::spawn(move || {
@@ -640,6 +641,7 @@ fn folder_child_process() -> anyhow::Result<()> {
                             bucket.put(key, big_body(key)).await?;
                         }
                         ["delete", key] => bucket.delete(key).await?,
+                        ["forget", key] => bucket.delete_not_durable(key).await?,
                         other => anyhow::bail!("unknown command {other:?}"),
                     }
                     eprintln!("OK");
@@ -1409,5 +1411,44 @@ async fn folder_alone_deletes_the_older_file_under_a_young_object() -> anyhow::R
         );
     }
     ensure!(third.list("d/").await?.is_empty());
+    Ok(())
+}
+
+/// A process alone on its folder, killed: the next open (same boot) puts its
+/// young objects in place, and not the ones it deleted, not even with a
+/// delete that need not be durable (else every record compacted since the
+/// last checkpoint would come back as a file, and the restart would write
+/// them all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_alone_killed_leaves_its_young_objects_and_not_the_deleted_ones()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    std::fs::create_dir_all(root.join(".wal"))?;
+    std::fs::write(root.join(".wal/boot"), BOOT_ONE)?;
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut a = Writer::start(&root)?;
+        a.run("put k/kept 1")?;
+        a.run("put k/forgotten 2")?;
+        a.run("put k/deleted 3")?;
+        a.run("forget k/forgotten")?;
+        a.run("delete k/deleted")?;
+        a.kill_9()
+    })
+    .await??;
+    let root = dir.path();
+    ensure!(
+        !root.join("k/kept").exists(),
+        "young objects were only in the journal"
+    );
+    let bucket = wasmkeep_bucket::FolderBucket::open_with(root, crash_before_checkpoint(BOOT_ONE))?;
+    ensure!(bucket.get("k/kept").await?.bytes == "1");
+    for key in ["k/forgotten", "k/deleted"] {
+        ensure!(!root.join(key).exists(), "{key} came back as a file");
+        ensure!(
+            matches!(bucket.get(key).await, Err(Error::NotFound { .. })),
+            "{key}"
+        );
+    }
     Ok(())
 }
