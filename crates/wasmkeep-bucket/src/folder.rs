@@ -1871,8 +1871,8 @@ impl Committer {
         if let Some(state) = overlay.get(key) {
             return Ok(state.clone());
         }
-        if let Some(object) = self.young_object(key) {
-            return Ok(Some((object.etag, object.size)));
+        if let Some(state) = self.young(key, |o| (o.etag.clone(), o.size)) {
+            return Ok(Some(state));
         }
         if shape_of(&self.root.join(key)).is_ok_and(|shape| shape.dir) {
             return Err(prefix_collision(key));
@@ -1889,8 +1889,8 @@ impl Committer {
         if let Some(state) = overlay.get(key) {
             return Ok(state.as_ref().map(|(_, len)| *len));
         }
-        if let Some(object) = self.young_object(key) {
-            return Ok(Some(object.size));
+        if let Some(size) = self.young(key, |o| o.size) {
+            return Ok(Some(size));
         }
         match shape_of(&self.root.join(key)) {
             Ok(shape) if shape.dir => Err(prefix_collision(key)),
@@ -1902,10 +1902,10 @@ impl Committer {
         }
     }
 
-    /// The young object of `key`, if it is one.
-    fn young_object(&self, key: &str) -> Option<YoungObject> {
+    /// `what` of the young object of `key`, if it is one.
+    fn young<T>(&self, key: &str, what: impl FnOnce(&YoungObject) -> T) -> Option<T> {
         let solo = self.solo.as_ref()?;
-        solo.young.objects().read().get(key).cloned()
+        solo.young.objects().read().get(key).map(what)
     }
 
     /// Whether a put of `key` would make it a folder of a young object or
