@@ -1125,11 +1125,25 @@ fn read_at_most(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
 /// meanwhile. A later entry that is not young (written after the process
 /// left solo mode) was in place as a file when it was answered.
 fn young_entries(journal: &File, durable: u64) -> io::Result<Vec<Decoded>> {
-    let mut last: HashMap<String, Decoded> = HashMap::new();
-    for entry in decoded_regions(journal)? {
+    let mut last = HashMap::new();
+    keep_last(&mut last, decoded_regions(journal)?, durable);
+    Ok(last.into_values().filter(|entry| entry.young).collect())
+}
+
+/// Keeps in `last`, for each key, its last entry (by order, then position
+/// in the batch) of an epoch past `durable`; returns the highest such epoch
+/// seen (0: none).
+fn keep_last(
+    last: &mut HashMap<String, Decoded>,
+    entries: impl IntoIterator<Item = Decoded>,
+    durable: u64,
+) -> u64 {
+    let mut highest = 0;
+    for entry in entries {
         if entry.epoch <= durable {
             continue;
         }
+        highest = highest.max(entry.epoch);
         let newer = last
             .get(&entry.key)
             .is_none_or(|have| (entry.order, entry.index) > (have.order, have.index));
@@ -1137,7 +1151,7 @@ fn young_entries(journal: &File, durable: u64) -> io::Result<Vec<Decoded>> {
             last.insert(entry.key.clone(), entry);
         }
     }
-    Ok(last.into_values().filter(|entry| entry.young).collect())
+    highest
 }
 
 /// The journals of gone processes after recovery, still locked.
@@ -1206,21 +1220,10 @@ fn recover(
         return Ok(Recovered::NotYetDurable(dead));
     }
     // Another boot (or the first open): replay what may have been lost.
-    let mut last: HashMap<String, Decoded> = HashMap::new();
+    let mut last = HashMap::new();
     let mut highest = epoch.max(durable);
     for (_, journal) in &dead {
-        for entry in decoded_regions(journal)? {
-            if entry.epoch <= durable {
-                continue;
-            }
-            highest = highest.max(entry.epoch);
-            let newer = last
-                .get(&entry.key)
-                .is_none_or(|have| (entry.order, entry.index) > (have.order, have.index));
-            if newer {
-                last.insert(entry.key.clone(), entry);
-            }
-        }
+        highest = highest.max(keep_last(&mut last, decoded_regions(journal)?, durable));
     }
     let replayed = last.len();
     for entry in last.into_values() {
