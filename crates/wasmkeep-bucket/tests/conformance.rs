@@ -1452,3 +1452,90 @@ async fn folder_alone_killed_leaves_its_young_objects_and_not_the_deleted_ones()
     }
     Ok(())
 }
+
+/// Two processes alone on the folder one after the other, both killed before
+/// a checkpoint, then the power cut. Batches alone take no stripe lock (ADR
+/// 0035), so the second one's orders come from a block reserved past every
+/// order the first one used: the reboot's replay keeps the second one's
+/// write of a key both wrote, although the first wrote it more often.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_alone_twice_killed_replays_the_newer_write_after_a_reboot() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    std::fs::create_dir_all(root.join(".wal"))?;
+    std::fs::write(root.join(".wal/boot"), BOOT_ONE)?;
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut a = Writer::start(&root)?;
+        for value in ["a1", "a2", "a3", "a4"] {
+            a.run(&format!("put s/b {value}"))?;
+        }
+        a.run("put s/a a1")?;
+        a.kill_9()?;
+        let mut b = Writer::start(&root)?;
+        b.run("put s/b b1")?;
+        b.kill_9()?;
+        ensure!(
+            journals(&root)? == 2,
+            "both journals stay until a checkpoint"
+        );
+        // The power cut: what was placed but not synced is gone.
+        for key in ["s/a", "s/b"] {
+            std::fs::remove_file(root.join(key))?;
+        }
+        Ok(())
+    })
+    .await??;
+    let bucket =
+        wasmkeep_bucket::FolderBucket::open_with(dir.path(), crash_before_checkpoint(BOOT_TWO))?;
+    ensure!(
+        bucket.get("s/a").await?.bytes == "a1",
+        "a: only in the first journal"
+    );
+    ensure!(
+        bucket.get("s/b").await?.bytes == "b1",
+        "b: the second process's write is the newer one"
+    );
+    Ok(())
+}
+
+/// A process alone on the folder reserves batch orders in blocks: after its
+/// first batch, further batches write no stripe counter (ADR 0035), and
+/// every counter is past the orders it may use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_alone_batches_leave_the_stripe_counters_alone() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let bucket =
+        wasmkeep_bucket::FolderBucket::open_with(dir.path(), crash_before_checkpoint(BOOT_ONE))?;
+    let counters = || -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+        let mut all = Vec::new();
+        for entry in std::fs::read_dir(dir.path().join(".locks"))? {
+            let entry = entry?;
+            all.push((
+                entry.file_name().to_string_lossy().into_owned(),
+                std::fs::read(entry.path())?,
+            ));
+        }
+        all.sort();
+        Ok(all)
+    };
+    bucket.put("c/first", Bytes::from_static(b"1")).await?;
+    let after_first = counters()?;
+    ensure!(
+        after_first.len() == wasmkeep_bucket::LOCK_STRIPES,
+        "every stripe has its counter: {}",
+        after_first.len()
+    );
+    let reserved = &after_first[0].1;
+    ensure!(
+        after_first.iter().all(|(_, counter)| counter == reserved) && reserved.len() == 8,
+        "the block's end is in every counter"
+    );
+    for i in 0..64 {
+        bucket
+            .put(&format!("c/{i}"), Bytes::from(i.to_string()))
+            .await?;
+    }
+    bucket.delete("c/first").await?;
+    ensure!(counters()? == after_first, "a batch alone wrote a counter");
+    Ok(())
+}
