@@ -1884,6 +1884,9 @@ impl Committer {
             Ok(highest + 1..=last)
         })();
         self.unlock(&locked);
+        // Not needed again until the next block or a batch in company (then
+        // opened again one by one): no 256 descriptors held for nothing.
+        self.locks.iter_mut().for_each(|slot| *slot = None);
         reserved
     }
 
