@@ -7,7 +7,8 @@
 # /sys/block/DEV/stat; this VM's disk tops out near 120 MB/s, which bounds
 # S2 and S3).
 #
-# Usage: bench/compare-builds.sh BIN [BIN ...]
+# Usage: bench/compare-builds.sh BIN [BIN ...]   (labelled by file name, or
+#        by folder name when the builds share one: builds/a/wasmkeep ...)
 #   SCENARIOS   "s3 s2 s1c16" (default), any of: s1c1 s1c16 s1c64 s2 s3 s3long
 #               (s3long: S3 on one server for LONG_PARTS runs of SECS back to
 #               back, default 7; with SECS=10 its actors reach their first
@@ -69,6 +70,14 @@ stop() { kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
 dev_stat() { if [ -r "/sys/block/$DEV/stat" ]; then cat "/sys/block/$DEV/stat"; else echo 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0; fi; }
 
+# name_of BIN: how a build is labelled: the file's name, or its folder's
+# when the builds share a file name (several builds all called wasmkeep).
+name_of() {
+  local names
+  names=$(for b in "${BINS[@]}"; do basename "$b"; done | sort | uniq -d)
+  if [ -n "$names" ]; then basename "$(dirname "$1")"; else basename "$1"; fi
+}
+
 measure() {   # measure LABEL OHA-ARGS...: one timed load, one result line
   local label=$1; shift
   local c0 c1 d0 d1 rate
@@ -97,7 +106,7 @@ touch_s3() {   # touch_s3 URLS-FILE: S3's 1,000 actors touched once, their URLs 
 run() {   # run SCENARIO BIN
   local scenario=$1 bin=$2 dir="$DATA/run-$PORT"
   local label
-  label="$scenario $(basename "$bin")"
+  label="$scenario $(name_of "$bin")"
   start "$bin" "$dir"
   case "$scenario" in
     s1c*)
