@@ -1300,6 +1300,10 @@ fn has_entries(journal: &File) -> io::Result<bool> {
 }
 
 /// Applies one entry again (not synced: recovery syncs the file system once).
+/// Deletes in one folder from which [`replay_young`] lists the folder
+/// instead of trying each `unlink`.
+const LISTED_DELETES_MIN: usize = 16;
+
 /// Applies the young entries of a gone solo process (each key's last one)
 /// and returns how many changed the folder. Deletes go first, so that a
 /// folder an object left is free for a put below it.
@@ -1312,12 +1316,22 @@ fn has_entries(journal: &File) -> io::Result<bool> {
 /// this).
 fn replay_young(root: &Path, mut entries: Vec<Decoded>) -> io::Result<usize> {
     entries.sort_by_key(|entry| entry.kind != EntryKind::Delete);
+    // A folder with only a few deletes is not listed: it may be a large one
+    // (a listing costs per entry), and a few failed unlinks cost little.
+    let mut deletes: HashMap<PathBuf, usize> = HashMap::new();
+    for entry in entries.iter().filter(|e| e.kind == EntryKind::Delete) {
+        if let Some(dir) = root.join(&entry.key).parent() {
+            *deletes.entry(dir.to_path_buf()).or_default() += 1;
+        }
+    }
     let mut listed: HashMap<PathBuf, Option<HashSet<String>>> = HashMap::new();
     let mut applied = 0;
     for entry in &entries {
         if entry.kind == EntryKind::Delete {
             let target = root.join(&entry.key);
-            if let (Some(dir), Some(name)) = (target.parent(), target.file_name()) {
+            if let (Some(dir), Some(name)) = (target.parent(), target.file_name())
+                && deletes.get(dir).is_some_and(|n| *n >= LISTED_DELETES_MIN)
+            {
                 if !listed.contains_key(dir) {
                     let names = match names_in(dir) {
                         Ok(names) => Some(names),

@@ -1440,6 +1440,11 @@ async fn folder_alone_killed_leaves_its_young_objects_and_not_the_deleted_ones()
         a.run("delete k/deleted")?;
         a.run("put k/placed 4")?;
         a.run("delete k/placed")?;
+        // Enough deletes in one folder that the recovery lists it.
+        for i in 0..20 {
+            a.run(&format!("put k/many/{i} {i}"))?;
+            a.run(&format!("delete k/many/{i}"))?;
+        }
         a.kill_9()
     })
     .await??;
@@ -1451,11 +1456,12 @@ async fn folder_alone_killed_leaves_its_young_objects_and_not_the_deleted_ones()
     // As a checkpoint leaves it that placed the object before the process
     // died, its delete journaled but the file not yet removed: the
     // recovery finds the name and removes it.
-    std::fs::create_dir_all(root.join("k"))?;
+    std::fs::create_dir_all(root.join("k/many"))?;
     std::fs::write(root.join("k/placed"), "4")?;
+    std::fs::write(root.join("k/many/7"), "7")?;
     let bucket = wasmkeep_bucket::FolderBucket::open_with(root, crash_before_checkpoint(BOOT_ONE))?;
     ensure!(bucket.get("k/kept").await?.bytes == "1");
-    for key in ["k/forgotten", "k/deleted", "k/placed"] {
+    for key in ["k/forgotten", "k/deleted", "k/placed", "k/many/7"] {
         ensure!(!root.join(key).exists(), "{key} came back as a file");
         ensure!(
             matches!(bucket.get(key).await, Err(Error::NotFound { .. })),
