@@ -769,6 +769,16 @@ fn crash_before_checkpoint(boot: &str) -> wasmkeep_bucket::FolderOptions {
     }
 }
 
+/// A new folder that a process of [`BOOT_ONE`] opened before (its writers
+/// then recover on the same boot), and its path.
+fn folder_of_boot_one() -> anyhow::Result<(tempfile::TempDir, std::path::PathBuf)> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    std::fs::create_dir_all(root.join(".wal"))?;
+    std::fs::write(root.join(".wal/boot"), BOOT_ONE)?;
+    Ok((dir, root))
+}
+
 /// A body too large for the journal (written in place, with a marker).
 fn big_body(key: &str) -> Bytes {
     let fill = key.bytes().last().unwrap_or(b'x');
@@ -957,10 +967,7 @@ async fn folder_journal_of_a_killed_process_is_checkpointed_by_the_next_one() ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn folder_journal_of_a_killed_process_survives_a_reboot_before_the_next_checkpoint()
 -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let root = dir.path().to_owned();
-    std::fs::create_dir_all(root.join(".wal"))?;
-    std::fs::write(root.join(".wal/boot"), BOOT_ONE)?;
+    let (dir, root) = folder_of_boot_one()?;
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut a = Writer::start(&root)?;
         a.run("put r/a a1")?;
@@ -1427,10 +1434,7 @@ async fn folder_alone_deletes_the_older_file_under_a_young_object() -> anyhow::R
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn folder_alone_killed_leaves_its_young_objects_and_not_the_deleted_ones()
 -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let root = dir.path().to_owned();
-    std::fs::create_dir_all(root.join(".wal"))?;
-    std::fs::write(root.join(".wal/boot"), BOOT_ONE)?;
+    let (dir, root) = folder_of_boot_one()?;
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut a = Writer::start(&root)?;
         a.run("put k/kept 1")?;
