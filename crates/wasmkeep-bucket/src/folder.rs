@@ -92,7 +92,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::journal::{
     CHECKPOINT_INTERVAL, Checkpoints, Entry, EntryAt, EntryKind, JOURNAL_BATCH_BYTES_MAX,
-    JOURNAL_BODY_MAX, JOURNAL_DIR, Journal, JournalOptions, entry_bytes,
+    JOURNAL_BODY_MAX, JOURNAL_DIR, Journal, JournalOptions, entry_bytes, read_u64,
 };
 use crate::key::{validate_key, validate_prefix};
 use crate::solo::{Hold, Mode, Watcher};
@@ -1803,8 +1803,8 @@ impl Committer {
             locked.push(*stripe);
         }
         // Held for the batch when alone: see `Journal::begin_solo_batch`.
-        let gate_lock = self.journal.as_ref().map(Journal::gate);
-        let gate = gate_lock.as_ref().filter(|_| solo).map(|gate| gate.lock());
+        let gate_lock = self.journal.as_ref().filter(|_| solo).map(Journal::gate);
+        let gate = gate_lock.as_ref().map(|gate| gate.lock());
         let answers = if self.journal.is_some() {
             let begun = match &gate {
                 Some(gate) => self.begin_solo_batch(gate),
@@ -1868,12 +1868,7 @@ impl Committer {
             }
             let mut highest = 0u64;
             for file in self.locks.iter().flatten() {
-                let mut counter = [0u8; 8];
-                match file.read_exact_at(&mut counter, 0) {
-                    Ok(()) => highest = highest.max(u64::from_le_bytes(counter)),
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
-                    Err(e) => return Err(e),
-                }
+                highest = highest.max(read_u64(file, 0)?.unwrap_or(0));
             }
             let last = highest.checked_add(SOLO_ORDERS).ok_or_else(|| {
                 io::Error::other("the stripe counters are at their end (2^64 batches)")
@@ -1899,13 +1894,8 @@ impl Committer {
         let ordered = (|| {
             let mut order = 0u64;
             for stripe in stripes {
-                let mut counter = [0u8; 8];
                 let file = self.locks[*stripe].as_ref().expect("locked above");
-                match file.read_exact_at(&mut counter, 0) {
-                    Ok(()) => order = order.max(u64::from_le_bytes(counter)),
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
-                    Err(e) => return Err(e),
-                }
+                order = order.max(read_u64(file, 0)?.unwrap_or(0));
             }
             let order = order + 1;
             for stripe in stripes {

@@ -288,7 +288,7 @@ fn current_boot_id() -> io::Result<String> {
         .to_owned())
 }
 
-fn read_u64(file: &File, at: u64) -> io::Result<Option<u64>> {
+pub(crate) fn read_u64(file: &File, at: u64) -> io::Result<Option<u64>> {
     let mut buf = [0u8; 8];
     match file.read_exact_at(&mut buf, at) {
         Ok(()) => Ok(Some(u64::from_le_bytes(buf))),
@@ -1299,7 +1299,6 @@ fn has_entries(journal: &File) -> io::Result<bool> {
     Ok(false)
 }
 
-/// Applies one entry again (not synced: recovery syncs the file system once).
 /// Deletes in one folder from which [`replay_young`] lists the folder
 /// instead of trying each `unlink`.
 const LISTED_DELETES_MIN: usize = 16;
@@ -1324,7 +1323,7 @@ fn replay_young(root: &Path, mut entries: Vec<Decoded>) -> io::Result<usize> {
             *deletes.entry(dir.to_path_buf()).or_default() += 1;
         }
     }
-    let mut listed: HashMap<PathBuf, Option<HashSet<String>>> = HashMap::new();
+    let mut listed: HashMap<PathBuf, HashSet<String>> = HashMap::new();
     let mut applied = 0;
     for entry in &entries {
         if entry.kind == EntryKind::Delete {
@@ -1333,21 +1332,20 @@ fn replay_young(root: &Path, mut entries: Vec<Decoded>) -> io::Result<usize> {
                 && deletes.get(dir).is_some_and(|n| *n >= LISTED_DELETES_MIN)
             {
                 if !listed.contains_key(dir) {
+                    // No such folder: none of its names is there.
                     let names = match names_in(dir) {
-                        Ok(names) => Some(names),
                         Err(e)
                             if e.kind() == io::ErrorKind::NotFound
                                 || e.raw_os_error() == Some(libc::ENOTDIR) =>
                         {
-                            None
+                            HashSet::new()
                         }
-                        Err(e) => return Err(e),
+                        names => names?,
                     };
                     listed.insert(dir.to_path_buf(), names);
                 }
                 let present = listed
                     .get(dir)
-                    .and_then(Option::as_ref)
                     .is_some_and(|names| names.contains(name.to_string_lossy().as_ref()));
                 if !present {
                     continue;
@@ -1360,6 +1358,7 @@ fn replay_young(root: &Path, mut entries: Vec<Decoded>) -> io::Result<usize> {
     Ok(applied)
 }
 
+/// Applies one entry again (not synced: recovery syncs the file system once).
 fn replay(root: &Path, entry: &Decoded) -> io::Result<()> {
     let target = root.join(&entry.key);
     match entry.kind {
