@@ -1176,6 +1176,7 @@ impl SnapshotSlot {
 /// here loses nothing (the log is still whole): it is logged and the next
 /// threshold tries again.
 async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>) {
+    let mut known: Option<Known> = None;
     loop {
         let next = slot.next.lock().take();
         let Some(snap) = next else {
@@ -1189,9 +1190,13 @@ async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>) {
         // A flush (hand-over, hibernation) waits for the snapshot, not for
         // the cleanup of what it covers.
         shared.progress.send_modify(|p| p.snapshots_pending -= 1);
+        // Even one that failed may be in the bucket (the reply was lost).
+        if let Some(known) = &mut known {
+            known.snapshots.push(snap.seq);
+        }
         match written {
             Ok(()) => {
-                if let Err(e) = compact(&shared, &slot, snap.seq).await {
+                if let Err(e) = compact(&shared, &slot, &mut known, snap.seq).await {
                     tracing::warn!(actor = %shared.actor, seq = snap.seq, error = %e, "compaction after a snapshot failed; the next one retries");
                 }
             }
@@ -1201,6 +1206,27 @@ async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>) {
         }
     }
 }
+
+/// What a compaction knows to delete without listing: everything this
+/// store wrote after the last compaction that succeeded.
+struct Known {
+    /// Every log record up to this one is deleted; each after it was
+    /// written by this store.
+    records_deleted_through: u64,
+    /// Snapshots that may be in the bucket, oldest first.
+    snapshots: Vec<u64>,
+    /// Compactions since the last one that listed.
+    unlisted: u32,
+}
+
+/// A compaction lists the actor's keys once in this many (and always the
+/// first after the store opened): records a listing finds that the store
+/// does not know of are leftovers of an earlier writer, such as a
+/// compaction cut short by a crash, or a snapshot that a writer whose lease
+/// ran out wrote after the restore listed. Between listings a compaction
+/// deletes what this store wrote, which costs no listing (two per
+/// snapshot, with a snapshot every eight records of a small database).
+const COMPACTIONS_PER_LISTING: u32 = 64;
 
 async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
     let header = Header {
@@ -1230,7 +1256,9 @@ async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
     Ok(())
 }
 
-/// Deletes the records and snapshots a durable snapshot at `seq` covers.
+/// Deletes the records and snapshots a durable snapshot at `seq` covers:
+/// those `known` names, or those a listing finds (see
+/// [`COMPACTIONS_PER_LISTING`]); `known` then says what is left.
 /// Older snapshots go at once; log records as many as this actor writes
 /// meanwhile (sixteen at a time), the rest at once when a newer snapshot waits, the store
 /// closes, or the actor writes nothing for [`COMPACTION_IDLE`]. Paced, a
@@ -1239,36 +1267,78 @@ async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
 /// files within seconds, more than the folder bucket keeps for reuse, and
 /// every file created in the next minutes on ext4 without a journal scans
 /// past the inodes freed (ADR 0027). A restore racing it lists again.
-async fn compact(shared: &Shared, slot: &SnapshotSlot, seq: u64) -> Result<()> {
+async fn compact(
+    shared: &Shared,
+    slot: &SnapshotSlot,
+    known: &mut Option<Known>,
+    seq: u64,
+) -> Result<()> {
     let bucket = &*shared.bucket;
-    let mut records: Vec<u64> = bucket
-        .list_keys(&shared.keys.actor_log_prefix(&shared.actor))
-        .await?
-        .into_iter()
-        .filter_map(|listed| Keys::parse_seq(&listed.key).ok())
-        .filter(|s| *s <= seq)
-        .collect();
-    records.sort_unstable();
-    let snapshots: Vec<String> = bucket
-        .list_keys(&shared.keys.actor_snapshot_prefix(&shared.actor))
-        .await?
-        .into_iter()
-        .filter(|listed| Keys::parse_seq(&listed.key).is_ok_and(|s| s < seq))
-        .map(|listed| listed.key)
-        .collect();
+    let listing = known
+        .as_ref()
+        .is_none_or(|k| k.unlisted + 1 >= COMPACTIONS_PER_LISTING);
+    let (records, snapshots): (Vec<u64>, Vec<String>) = match known.as_ref() {
+        Some(k) if !listing => (
+            (k.records_deleted_through + 1..=seq).collect(),
+            k.snapshots
+                .iter()
+                .filter(|s| **s < seq)
+                .map(|s| shared.keys.actor_snapshot(&shared.actor, *s))
+                .collect(),
+        ),
+        _ => {
+            let mut records: Vec<u64> = bucket
+                .list_keys(&shared.keys.actor_log_prefix(&shared.actor))
+                .await?
+                .into_iter()
+                .filter_map(|listed| Keys::parse_seq(&listed.key).ok())
+                .filter(|s| *s <= seq)
+                .collect();
+            records.sort_unstable();
+            let snapshots = bucket
+                .list_keys(&shared.keys.actor_snapshot_prefix(&shared.actor))
+                .await?
+                .into_iter()
+                .filter(|listed| Keys::parse_seq(&listed.key).is_ok_and(|s| s < seq))
+                .map(|listed| listed.key)
+                .collect();
+            (records, snapshots)
+        }
+    };
     delete_all(bucket, snapshots).await?;
     let record_key = |s: &u64| Keys::log_under(&shared.log_prefix, *s);
     let mut progress = shared.progress.subscribe();
     let start = progress.borrow_and_update().durable_seq;
     // Sixteen at a time (one batch for the folder bucket's committer), the
     // n-th sixteen once n x 16 records were written since.
+    let mut paced_out = false;
     for (n, chunk) in records.chunks(COMPACTION_DELETES_IN_FLIGHT).enumerate() {
         let done = n * COMPACTION_DELETES_IN_FLIGHT;
-        if !paced(&mut progress, slot, start + done as u64).await {
-            return delete_all(bucket, records[done..].iter().map(record_key).collect()).await;
+        if !paced_out && !paced(&mut progress, slot, start + done as u64).await {
+            paced_out = true;
+        }
+        if paced_out {
+            delete_all(bucket, records[done..].iter().map(record_key).collect()).await?;
+            break;
         }
         delete_all(bucket, chunk.iter().map(record_key).collect()).await?;
     }
+    // Everything up to `seq` is gone; what this store writes from now on
+    // is all there is.
+    let unlisted = match known.as_ref() {
+        Some(k) if !listing => k.unlisted + 1,
+        _ => 0,
+    };
+    let mut snapshots_left = known.take().map(|k| k.snapshots).unwrap_or_default();
+    snapshots_left.retain(|s| *s >= seq);
+    if !snapshots_left.contains(&seq) {
+        snapshots_left.insert(0, seq);
+    }
+    *known = Some(Known {
+        records_deleted_through: seq,
+        snapshots: snapshots_left,
+        unlisted,
+    });
     Ok(())
 }
 

@@ -618,6 +618,61 @@ async fn compaction_deletes_covered_records_as_records_are_written_and_the_rest_
     assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 120);
 }
 
+/// Compaction lists the actor's keys only at its first run after the store
+/// opened and then once in 64 runs; in between it deletes what the store
+/// wrote, which it knows. A key the store never wrote (a leftover of an
+/// earlier writer) stays until the next listing finds it.
+#[tokio::test]
+async fn compaction_lists_once_in_64_runs_and_then_deletes_leftovers() {
+    let bucket = Probe::new();
+    let a = actor("known");
+    // A snapshot, and so a compaction, after every record.
+    let cfg = StoreConfig {
+        snapshot_log_records: 1,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg.clone()).await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    s.flush().await.unwrap();
+    // The second snapshot is written after the first compaction is done.
+    event(&mut s, &["INSERT INTO t VALUES (1)"]).await.unwrap();
+    s.flush().await.unwrap();
+    let leftover = keys().actor_log(&a, 1);
+    assert!(bucket.keys_under(&leftover).is_empty(), "record 1 was compacted");
+    bucket
+        .put(&leftover, Bytes::from_static(b"left by an earlier writer"))
+        .await
+        .unwrap();
+    let lists = bucket.lists();
+    for i in 2..40 {
+        event(&mut s, &[&format!("INSERT INTO t VALUES ({i})")])
+            .await
+            .unwrap();
+        s.flush().await.unwrap();
+    }
+    assert_eq!(bucket.lists(), lists, "compactions between listings list nothing");
+    assert_eq!(bucket.keys_under(&leftover), vec![leftover.clone()]);
+    let logs = bucket.keys_under(&keys().actor_log_prefix(&a));
+    assert!(logs.len() <= 3, "records left: {logs:?}");
+    let snaps = bucket.keys_under(&keys().actor_snapshot_prefix(&a));
+    assert!(snaps.len() <= 2, "snapshots left: {snaps:?}");
+
+    for i in 40..80 {
+        event(&mut s, &[&format!("INSERT INTO t VALUES ({i})")])
+            .await
+            .unwrap();
+        s.flush().await.unwrap();
+    }
+    s.close().await;
+    assert_eq!(bucket.lists(), lists + 2, "one listing (records, snapshots) in 64 runs");
+    let logs = bucket.keys_under(&keys().actor_log_prefix(&a));
+    assert!(logs.is_empty(), "records left: {logs:?}");
+    let snaps = bucket.keys_under(&keys().actor_snapshot_prefix(&a));
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 79);
+}
+
 #[tokio::test]
 async fn a_large_database_survives_snapshot_and_restore() {
     let bucket = Probe::new();
