@@ -95,6 +95,7 @@ use crate::journal::{
     JOURNAL_BODY_MAX, JOURNAL_DIR, Journal, JournalOptions, entry_bytes, read_u64,
 };
 use crate::key::{validate_key, validate_prefix};
+use crate::names::Names;
 use crate::solo::{Hold, Mode, Watcher};
 use crate::young::{self, Young, YoungObject};
 use crate::{
@@ -774,6 +775,7 @@ impl FolderBucket {
             pool,
             solo,
             solo_orders: empty_orders(),
+            names: Names::default(),
         };
         let committer_thread =
             CommitterThread::spawn(CLOSE_WAIT_MAX, move || committer.run(receiver))
@@ -1316,6 +1318,8 @@ struct Committer {
     /// Orders reserved for batches alone on the folder, not used yet
     /// ([`Committer::reserve_solo_orders`]).
     solo_orders: std::ops::RangeInclusive<u64>,
+    /// Alone on the folder: the names its folders may hold (ADR 0036).
+    names: Names,
     temp_counter: u64,
     sync_pool: SyncPool,
     journal: Option<Journal>,
@@ -1510,6 +1514,9 @@ enum Plan {
     Young {
         etag: Etag,
         size: u64,
+        /// An older file of the key may be in place (see
+        /// [`YoungObject::file_below`]).
+        file_below: bool,
     },
     /// `existed`: the size of the object removed, if one exists.
     Remove {
@@ -1766,6 +1773,10 @@ impl Committer {
         let alone = self.solo.as_ref().map(|solo| Arc::clone(&solo.alone));
         let alone = alone.as_ref().map(|alone| alone.lock());
         let solo = alone.as_deref().copied().unwrap_or(false);
+        if !solo {
+            // Another process may write the folder from now on.
+            self.names.forget();
+        }
         let budget = journal_budget(&batch);
         if let Some(journal) = &mut self.journal
             && let Err(e) = journal.reserve(budget.iter().sum())
@@ -1947,19 +1958,34 @@ impl Committer {
     /// The key's size if it exists now (this batch's earlier writes
     /// included): one `stat`, for the writes whose condition is only
     /// existence.
-    fn exists(&self, overlay: &Overlay, key: &str, put: bool) -> Result<Option<u64>> {
+    /// The size of `key`'s object, if there is one, and whether a file of
+    /// the key may be in place (under a young object too).
+    fn exists(
+        &mut self,
+        overlay: &Overlay,
+        key: &str,
+        put: bool,
+        solo: bool,
+    ) -> Result<(Option<u64>, bool)> {
         if let Some(state) = overlay.get(key) {
-            return Ok(state.as_ref().map(|(_, len)| *len));
+            // Written earlier in this batch: whether over a file is not kept.
+            return Ok((state.as_ref().map(|(_, len)| *len), true));
         }
-        if let Some(size) = self.young(key, |o| o.size) {
-            return Ok(Some(size));
+        if let Some((size, file_below)) = self.young(key, |o| (o.size, o.file_below)) {
+            return Ok((Some(size), file_below));
+        }
+        if solo
+            && let Some(state) = &self.solo
+            && self.names.known_absent(&self.root, &state.young, key)
+        {
+            return Ok((None, false));
         }
         match shape_of(&self.root.join(key)) {
             Ok(shape) if shape.dir => Err(prefix_collision(key)),
-            Ok(shape) => Ok(Some(shape.len)),
+            Ok(shape) => Ok((Some(shape.len), true)),
             // A folder of the key is an object: the key cannot be written.
             Err(e) if put && e.raw_os_error() == Some(libc::ENOTDIR) => Err(prefix_collision(key)),
-            Err(e) if is_missing(&e) => Ok(None),
+            Err(e) if is_missing(&e) => Ok((None, false)),
             Err(e) => Err(io_unavailable(key, "stat", &e)),
         }
     }
@@ -2097,6 +2123,7 @@ impl Committer {
         if put && self.collides_with_young(overlay, key, young) {
             return Err(prefix_collision(key));
         }
+        let mut file_below = true;
         let current = match &request.op {
             WriteOp::PutIfMatch(_, _) | WriteOp::DeleteIfMatch(_) => self.current(overlay, key)?,
             // Existence is all these ask (one stat, where reading and hashing
@@ -2105,9 +2132,11 @@ impl Committer {
             WriteOp::Put(_)
             | WriteOp::PutIfAbsent(_)
             | WriteOp::Delete
-            | WriteOp::DeleteNotDurable => self
-                .exists(overlay, key, put)?
-                .map(|len| (Etag(String::new()), len)),
+            | WriteOp::DeleteNotDurable => {
+                let (len, file) = self.exists(overlay, key, put, solo)?;
+                file_below = file;
+                len.map(|len| (Etag(String::new()), len))
+            }
         };
         let existing_len = current.as_ref().map(|(_, len)| *len);
         let current = current.map(|(etag, _)| etag);
@@ -2146,6 +2175,7 @@ impl Committer {
             return Ok(Plan::Young {
                 etag,
                 size: bytes.len() as u64,
+                file_below,
             });
         }
         if journaled {
@@ -2343,7 +2373,11 @@ impl Committer {
                         reason: "internal: a journaled write without its file".to_owned(),
                     })
                 }
-                Plan::Young { etag, size } => {
+                Plan::Young {
+                    etag,
+                    size,
+                    file_below,
+                } => {
                     applied.push(false);
                     match (
                         young_at.get(index).copied().flatten(),
@@ -2351,6 +2385,8 @@ impl Committer {
                         journal,
                     ) {
                         (Some(at), Some(objects), Some(position)) => {
+                            // Before a checkpoint can put it in place.
+                            self.names.note_present(key);
                             objects.insert(
                                 key.to_owned(),
                                 YoungObject {
@@ -2359,6 +2395,7 @@ impl Committer {
                                     etag: etag.clone(),
                                     size,
                                     modified: now,
+                                    file_below,
                                 },
                             );
                             Ok(Some(ObjectMeta {
@@ -2387,6 +2424,7 @@ impl Committer {
                     };
                     // Most keys' folders exist: their parents are made (and
                     // looked at) only when the rename finds none.
+                    self.names.note_present(key);
                     let moved = match self.place(&temp, &target, replaces) {
                         Err(e) if e.kind() == io::ErrorKind::NotFound => {
                             self.create_parents(&target, dirs).and_then(|()| {
@@ -2417,8 +2455,14 @@ impl Committer {
                 Plan::Remove { existed, durable } => {
                     let removed = if was_young {
                         // Its file, if any, is older than the young object.
-                        let unlinked = match fs::remove_file(&target) {
-                            Err(e) if !is_missing(&e) => Err(io_unavailable(key, "remove", &e)),
+                        let file_below = index_guard
+                            .as_ref()
+                            .and_then(|objects| objects.get(key))
+                            .is_none_or(|object| object.file_below);
+                        let unlinked = match file_below.then(|| fs::remove_file(&target)) {
+                            Some(Err(e)) if !is_missing(&e) => {
+                                Err(io_unavailable(key, "remove", &e))
+                            }
                             _ => Ok(None),
                         };
                         if unlinked.is_ok()
@@ -2436,6 +2480,9 @@ impl Committer {
                     } else {
                         Ok(None)
                     };
+                    if removed.is_ok() {
+                        self.names.note_gone(key);
+                    }
                     let synced_here = existed.is_some() && durable && journal.is_none();
                     applied.push(synced_here && removed.is_ok());
                     if synced_here && let Some(parent) = target.parent() {

@@ -26,6 +26,7 @@ mod folder;
 mod journal;
 pub mod key;
 mod memory;
+mod names;
 mod open;
 mod s3;
 mod solo;

@@ -43,6 +43,11 @@ pub(crate) struct YoungObject {
     pub etag: Etag,
     pub size: u64,
     pub modified: SystemTime,
+    /// A file of the key may be in place under it, older: a delete of the
+    /// key removes that file too. `false` when the key had no file (nor a
+    /// young object over one) when this object was written, so that
+    /// deleting it asks the disk nothing.
+    pub file_below: bool,
 }
 
 pub(crate) type Index = BTreeMap<String, YoungObject>;

@@ -1383,6 +1383,63 @@ async fn put_all(
     Ok(())
 }
 
+/// Waits until a checkpoint put `path` in place as a file (at most 10 s).
+async fn placed(path: &std::path::Path) -> anyhow::Result<()> {
+    for _ in 0..10_000 {
+        if path.is_file() {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    anyhow::bail!("{} was not put in place", path.display())
+}
+
+/// Alone on its folder, the committer answers "absent" from the names it
+/// knows its folders hold instead of asking the disk (ADR 0036). Every
+/// way a name comes into a folder still counts: a file from before the
+/// process opened, a young object a checkpoint put in place, the folder
+/// made for a key below; and a key deleted is absent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_alone_knows_the_names_in_its_folders() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().canonicalize()?;
+    let earlier = wasmkeep_bucket::FolderBucket::open(&root)?;
+    earlier.put("n/old", Bytes::from_static(b"0")).await?;
+    drop(earlier);
+    let bucket = wasmkeep_bucket::FolderBucket::open_with(
+        &root,
+        wasmkeep_bucket::FolderOptions {
+            journal_checkpoint_interval: Some(std::time::Duration::from_millis(1)),
+            ..Default::default()
+        },
+    )?;
+    let conflict = |r: &wasmkeep_bucket::Result<_>| matches!(r, Err(Error::Conflict { .. }));
+    let refused = |r: &wasmkeep_bucket::Result<_>| matches!(r, Err(Error::InvalidKey { .. }));
+    let one = || Bytes::from_static(b"1");
+    // The first key of folder `n` lists it.
+    bucket.put_if_absent("n/first", one()).await?;
+    let old = bucket.put_if_absent("n/old", one()).await;
+    ensure!(conflict(&old), "a file from before: {old:?}");
+    bucket.put("n/sub/leaf", one()).await?;
+    placed(&root.join("n/first")).await?;
+    placed(&root.join("n/sub/leaf")).await?;
+    let again = bucket.put_if_absent("n/first", one()).await;
+    ensure!(conflict(&again), "a young object put in place: {again:?}");
+    let above = bucket.put_if_absent("n/sub", one()).await;
+    ensure!(
+        refused(&above),
+        "the folder of a key put in place: {above:?}"
+    );
+    bucket.delete("n/first").await?;
+    bucket
+        .put_if_absent("n/first", Bytes::from_static(b"2"))
+        .await?;
+    let twice = bucket.put_if_absent("n/first", one()).await;
+    ensure!(conflict(&twice), "written again once only: {twice:?}");
+    ensure!(bucket.get("n/first").await?.bytes == "2");
+    Ok(())
+}
+
 /// A key that has a file from before (an earlier process wrote it) and then
 /// a young version: deleting it removes the file too, so nothing comes back
 /// after the next open. A young object that never had a file leaves none.

@@ -638,7 +638,10 @@ async fn compaction_lists_once_in_64_runs_and_then_deletes_leftovers() {
     event(&mut s, &["INSERT INTO t VALUES (1)"]).await.unwrap();
     s.flush().await.unwrap();
     let leftover = keys().actor_log(&a, 1);
-    assert!(bucket.keys_under(&leftover).is_empty(), "record 1 was compacted");
+    assert!(
+        bucket.keys_under(&leftover).is_empty(),
+        "record 1 was compacted"
+    );
     bucket
         .put(&leftover, Bytes::from_static(b"left by an earlier writer"))
         .await
@@ -650,7 +653,11 @@ async fn compaction_lists_once_in_64_runs_and_then_deletes_leftovers() {
             .unwrap();
         s.flush().await.unwrap();
     }
-    assert_eq!(bucket.lists(), lists, "compactions between listings list nothing");
+    assert_eq!(
+        bucket.lists(),
+        lists,
+        "compactions between listings list nothing"
+    );
     assert_eq!(bucket.keys_under(&leftover), vec![leftover.clone()]);
     let logs = bucket.keys_under(&keys().actor_log_prefix(&a));
     assert!(logs.len() <= 3, "records left: {logs:?}");
@@ -664,7 +671,11 @@ async fn compaction_lists_once_in_64_runs_and_then_deletes_leftovers() {
         s.flush().await.unwrap();
     }
     s.close().await;
-    assert_eq!(bucket.lists(), lists + 2, "one listing (records, snapshots) in 64 runs");
+    assert_eq!(
+        bucket.lists(),
+        lists + 2,
+        "one listing (records, snapshots) in 64 runs"
+    );
     let logs = bucket.keys_under(&keys().actor_log_prefix(&a));
     assert!(logs.is_empty(), "records left: {logs:?}");
     let snaps = bucket.keys_under(&keys().actor_snapshot_prefix(&a));
