@@ -1517,12 +1517,26 @@ enum Plan {
         /// An older file of the key may be in place (see
         /// [`YoungObject::file_below`]).
         file_below: bool,
+        /// `file_below` is the young object's that this one replaces: if a
+        /// checkpoint puts that one in place before this one is indexed,
+        /// a file is there after all.
+        over_young: bool,
     },
     /// `existed`: the size of the object removed, if one exists.
     Remove {
         existed: Option<u64>,
         durable: bool,
     },
+}
+
+/// What [`Committer::exists`] found of a key.
+struct Existing {
+    /// The object's size, if there is one.
+    len: Option<u64>,
+    /// A file of the key may be in place (under a young object too).
+    file: bool,
+    /// The object is young.
+    young: bool,
 }
 
 /// Opens (creating it if needed) a small file that is read under a lock on
@@ -1955,37 +1969,46 @@ impl Committer {
             .map(|o| (o.meta.etag, o.meta.size)))
     }
 
-    /// The key's size if it exists now (this batch's earlier writes
-    /// included): one `stat`, for the writes whose condition is only
-    /// existence.
-    /// The size of `key`'s object, if there is one, and whether a file of
-    /// the key may be in place (under a young object too).
-    fn exists(
-        &mut self,
-        overlay: &Overlay,
-        key: &str,
-        put: bool,
-        solo: bool,
-    ) -> Result<(Option<u64>, bool)> {
+    /// Whether the key exists now (this batch's earlier writes included),
+    /// for the writes whose condition is only existence: from the young
+    /// index, the names known alone on the folder (ADR 0036), or one `stat`.
+    fn exists(&mut self, overlay: &Overlay, key: &str, put: bool, solo: bool) -> Result<Existing> {
         if let Some(state) = overlay.get(key) {
             // Written earlier in this batch: whether over a file is not kept.
-            return Ok((state.as_ref().map(|(_, len)| *len), true));
+            return Ok(Existing {
+                len: state.as_ref().map(|(_, len)| *len),
+                file: true,
+                young: false,
+            });
         }
         if let Some((size, file_below)) = self.young(key, |o| (o.size, o.file_below)) {
-            return Ok((Some(size), file_below));
+            return Ok(Existing {
+                len: Some(size),
+                file: file_below,
+                young: true,
+            });
         }
+        let absent = Existing {
+            len: None,
+            file: false,
+            young: false,
+        };
         if solo
             && let Some(state) = &self.solo
             && self.names.known_absent(&self.root, &state.young, key)
         {
-            return Ok((None, false));
+            return Ok(absent);
         }
         match shape_of(&self.root.join(key)) {
             Ok(shape) if shape.dir => Err(prefix_collision(key)),
-            Ok(shape) => Ok((Some(shape.len), true)),
+            Ok(shape) => Ok(Existing {
+                len: Some(shape.len),
+                file: true,
+                young: false,
+            }),
             // A folder of the key is an object: the key cannot be written.
             Err(e) if put && e.raw_os_error() == Some(libc::ENOTDIR) => Err(prefix_collision(key)),
-            Err(e) if is_missing(&e) => Ok((None, false)),
+            Err(e) if is_missing(&e) => Ok(absent),
             Err(e) => Err(io_unavailable(key, "stat", &e)),
         }
     }
@@ -2123,7 +2146,9 @@ impl Committer {
         if put && self.collides_with_young(overlay, key, young) {
             return Err(prefix_collision(key));
         }
-        let mut file_below = true;
+        // Whether a file of the key may be in place, and whether that came
+        // from a young object (see `Plan::Young`).
+        let (mut file_below, mut over_young) = (true, false);
         let current = match &request.op {
             WriteOp::PutIfMatch(_, _) | WriteOp::DeleteIfMatch(_) => self.current(overlay, key)?,
             // Existence is all these ask (one stat, where reading and hashing
@@ -2133,9 +2158,9 @@ impl Committer {
             | WriteOp::PutIfAbsent(_)
             | WriteOp::Delete
             | WriteOp::DeleteNotDurable => {
-                let (len, file) = self.exists(overlay, key, put, solo)?;
-                file_below = file;
-                len.map(|len| (Etag(String::new()), len))
+                let existing = self.exists(overlay, key, put, solo)?;
+                (file_below, over_young) = (existing.file, existing.young);
+                existing.len.map(|len| (Etag(String::new()), len))
             }
         };
         let existing_len = current.as_ref().map(|(_, len)| *len);
@@ -2176,6 +2201,7 @@ impl Committer {
                 etag,
                 size: bytes.len() as u64,
                 file_below,
+                over_young,
             });
         }
         if journaled {
@@ -2377,6 +2403,7 @@ impl Committer {
                     etag,
                     size,
                     file_below,
+                    over_young,
                 } => {
                     applied.push(false);
                     match (
@@ -2395,7 +2422,7 @@ impl Committer {
                                     etag: etag.clone(),
                                     size,
                                     modified: now,
-                                    file_below,
+                                    file_below: file_below || (over_young && !was_young),
                                 },
                             );
                             Ok(Some(ObjectMeta {
