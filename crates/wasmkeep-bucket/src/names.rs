@@ -72,9 +72,7 @@ impl Names {
             }
             self.folders.insert(folder.to_owned(), listed);
         }
-        self.folders
-            .get(folder)
-            .is_some_and(|names| names.as_ref().is_some_and(|n| !n.contains(name)))
+        matches!(self.folders.get(folder), Some(Some(names)) if !names.contains(name))
     }
 
     /// Notes that `key`, and each folder on its path, may exist from now on.

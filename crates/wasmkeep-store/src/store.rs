@@ -1311,13 +1311,9 @@ async fn compact(
     let start = progress.borrow_and_update().durable_seq;
     // Sixteen at a time (one batch for the folder bucket's committer), the
     // n-th sixteen once n x 16 records were written since.
-    let mut paced_out = false;
     for (n, chunk) in records.chunks(COMPACTION_DELETES_IN_FLIGHT).enumerate() {
         let done = n * COMPACTION_DELETES_IN_FLIGHT;
-        if !paced_out && !paced(&mut progress, slot, start + done as u64).await {
-            paced_out = true;
-        }
-        if paced_out {
+        if !paced(&mut progress, slot, start + done as u64).await {
             delete_all(bucket, records[done..].iter().map(record_key).collect()).await?;
             break;
         }
