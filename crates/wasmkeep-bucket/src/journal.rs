@@ -894,7 +894,7 @@ fn take_journal(
 }
 
 /// The names in a folder.
-fn names_in(dir: &Path) -> io::Result<std::collections::HashSet<String>> {
+pub(crate) fn names_in(dir: &Path) -> io::Result<std::collections::HashSet<String>> {
     let mut names = std::collections::HashSet::new();
     for entry in fs::read_dir(dir)? {
         names.insert(entry?.file_name().to_string_lossy().into_owned());

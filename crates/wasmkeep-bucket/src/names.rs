@@ -29,6 +29,7 @@ use std::io;
 use std::ops::Bound;
 use std::path::Path;
 
+use crate::journal::names_in;
 use crate::young::Young;
 
 /// Folders with more entries than this are not listed (their keys are
@@ -134,20 +135,13 @@ fn list(root: &Path, young: &Young, folder: &str) -> Option<HashSet<String>> {
         }
         names.insert(rest.split('/').next().unwrap_or(rest).to_owned());
     }
-    let entries = match std::fs::read_dir(root.join(folder)) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(names),
+    match names_in(&root.join(folder)) {
+        Ok(entries) => names.extend(entries),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(_) => return None,
-    };
-    for entry in entries {
-        let entry = entry.ok()?;
-        if names.len() >= FOLDER_NAMES_MAX {
-            return None;
-        }
-        names.insert(entry.file_name().to_string_lossy().into_owned());
     }
     drop(objects);
-    Some(names)
+    (names.len() <= FOLDER_NAMES_MAX).then_some(names)
 }
 
 #[cfg(test)]
