@@ -6,6 +6,7 @@ use crate::bindings::wasmkeep::actor::{
     actors, alarm, identity, log, secrets, sockets, sql, types,
 };
 use crate::host::{LogLevel, Message, Request, Response, SqlRows, SqlValue};
+use crate::host_stack;
 use crate::state::State;
 
 impl types::Host for State {}
@@ -13,12 +14,14 @@ impl types::Host for State {}
 impl sql::Host for State {
     fn execute(&mut self, statement: String, params: Vec<sql::Value>) -> Result<u64, String> {
         let params = params.into_iter().map(SqlValue::from).collect();
-        self.host.sql_execute(&statement, params)
+        let host = &mut self.host;
+        host_stack::run(|| host.sql_execute(&statement, params))
     }
 
     fn query(&mut self, statement: String, params: Vec<sql::Value>) -> Result<sql::Rows, String> {
         let params = params.into_iter().map(SqlValue::from).collect();
-        self.host.sql_query(&statement, params).map(sql::Rows::from)
+        let host = &mut self.host;
+        host_stack::run(|| host.sql_query(&statement, params)).map(sql::Rows::from)
     }
 }
 

@@ -30,6 +30,10 @@
 //!   stdout/stderr lines become `tracing` events (target `guest`, field
 //!   `actor`), INFO and WARN; a trap's message ends with the guest's last
 //!   stderr lines (a Rust panic message).
+//! - Stacks: a guest runs on a fiber stack from the pool that its instance
+//!   keeps; the `sql` imports call [`ActorHost`] on a stack of the worker
+//!   thread instead ([`on_host_stack`]), so SQLite's deep frames do not stay
+//!   resident in every loaded instance.
 //! - Cache: `<cache_dir>/<sha256>-wasmtime<version>-<engine hash>.cwasm`,
 //!   written (temp file + rename) only after the component passed validation.
 //!
@@ -43,6 +47,7 @@ mod bindings;
 mod component;
 mod error;
 mod host;
+mod host_stack;
 mod imports;
 mod instance;
 mod runtime;
@@ -52,6 +57,7 @@ mod stdio;
 pub use component::ClassComponent;
 pub use error::{Error, EventError};
 pub use host::{ActorHost, LogLevel, Message, Request, Response, SqlRows, SqlValue};
+pub use host_stack::on_host_stack;
 pub use instance::ActorInstance;
 pub use runtime::{Runtime, RuntimeConfig};
 

@@ -107,6 +107,10 @@ pub struct RecordingHost {
 #[async_trait::async_trait]
 impl ActorHost for RecordingHost {
     fn sql_execute(&mut self, statement: &str, params: Vec<SqlValue>) -> Result<u64, String> {
+        assert!(
+            wasmkeep_runtime::on_host_stack(),
+            "sql.execute runs on the host stack"
+        );
         self.calls
             .push(format!("sql.execute {statement} {params:?}"));
         match &self.sql_error {
@@ -116,6 +120,10 @@ impl ActorHost for RecordingHost {
     }
 
     fn sql_query(&mut self, statement: &str, params: Vec<SqlValue>) -> Result<SqlRows, String> {
+        assert!(
+            wasmkeep_runtime::on_host_stack(),
+            "sql.query runs on the host stack"
+        );
         self.calls.push(format!("sql.query {statement} {params:?}"));
         match &self.sql_error {
             Some(error) => Err(error.clone()),
