@@ -25,6 +25,11 @@
 //!   batches hold an in-process gate that its checkpoints take around the
 //!   bump, and their orders come from a block reserved by moving every
 //!   stripe's counter past it at once (ADR 0035).
+//! - While it holds young objects (ADR 0034), its periodic checkpoints lag
+//!   one epoch: each puts in place and makes durable the epoch before the
+//!   current one, then bumps. A young object becomes a file only if it
+//!   outlives the whole next epoch. A clean close, another process's knock,
+//!   a full region and dead journals to remove take a full checkpoint.
 //!
 //! Recovery, at open, under the exclusive epoch lock:
 //! - The machine rebooted since the folder was last opened (`.wal/boot` names
@@ -63,7 +68,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -353,6 +358,12 @@ struct Shared {
     /// Puts young objects (ADR 0034) of epochs up to the one given in
     /// place; each checkpoint calls it before its `syncfs`.
     placer: Mutex<Option<Placer>>,
+    /// Whether the journal is marked as holding young entries (the process
+    /// is alone on the folder): then a periodic checkpoint lags by one epoch
+    /// (see [`Shared::checkpoint`]).
+    young: AtomicBool,
+    /// The newest epoch this process has seen (its batches', its bumps').
+    epoch_seen: AtomicU64,
     stop: Mutex<bool>,
     wake: Condvar,
 }
@@ -361,9 +372,43 @@ struct Shared {
 pub(crate) type Placer = Arc<dyn Fn(u64) -> io::Result<()> + Send + Sync>;
 
 impl Shared {
-    /// Makes every journaled entry so far durable in place (see the module
-    /// docs). Serialized by the epoch lock's mutex.
-    fn checkpoint(&self) -> io::Result<()> {
+    /// A checkpoint. `full`: every journaled entry so far is durable in place
+    /// when it returns (see the module docs). Otherwise, while the journal
+    /// holds young objects, it lags one epoch behind (ADR 0034, amended):
+    /// it puts in place and makes durable the epoch before the current one,
+    /// then bumps the epoch. A young object then becomes a file only if it
+    /// outlives a whole epoch, not merely the checkpoint that ends its own:
+    /// most of a busy actor's records and snapshots die within a second.
+    fn checkpoint(&self, full: bool) -> io::Result<()> {
+        if !full && self.young.load(Ordering::SeqCst) && self.pending.lock().is_empty() {
+            return self.checkpoint_lagging();
+        }
+        // Every batch of the epoch bumped past is done (they hold the shared
+        // lock or the gate): its young objects go in place before the sync
+        // that makes them durable.
+        let epoch = self.bump()?;
+        self.make_durable(epoch)
+    }
+
+    /// The lagging checkpoint of a process alone on the folder: the epoch
+    /// before the current one goes in place and is made durable, then the
+    /// epoch is bumped. In that order, the region the new epoch writes to
+    /// (the one of the epoch made durable here) can start over at its first
+    /// batch, as after a full checkpoint.
+    fn checkpoint_lagging(&self) -> io::Result<()> {
+        let current = read_u64(&self.epoch_exclusive.lock(), 0)?
+            .unwrap_or(1)
+            .max(1);
+        // The bump to `current` waited for every batch of the epoch before,
+        // so all its objects are in the young index or in place.
+        self.make_durable(current - 1)?;
+        self.bump().map(drop)
+    }
+
+    /// Moves the epoch on by one, once every batch of the current one is
+    /// done (a batch holds the gate or the shared lock); returns the epoch
+    /// moved past.
+    fn bump(&self) -> io::Result<u64> {
         let gate = self.gate.lock();
         let epoch_file = self.epoch_exclusive.lock();
         flock(&epoch_file, libc::LOCK_EX)?;
@@ -377,8 +422,14 @@ impl Shared {
         unlocked?;
         drop(epoch_file);
         drop(gate);
-        // Every batch of `epoch` is done (they hold the shared lock): its
-        // young objects go in place before the sync that makes them durable.
+        self.epoch_seen.fetch_max(epoch + 1, Ordering::SeqCst);
+        Ok(epoch)
+    }
+
+    /// Puts the young objects of epochs up to `epoch` in place, syncs the
+    /// file system and raises the durable epoch to `epoch`; then removes the
+    /// dead journals taken over at open (only a full checkpoint has any).
+    fn make_durable(&self, epoch: u64) -> io::Result<()> {
         let placer = self.placer.lock().clone();
         if let Some(place) = placer {
             place(epoch)?;
@@ -386,7 +437,8 @@ impl Shared {
         syncfs(&self.root_dir)?;
         raise_durable(&self.durable, epoch)?;
         self.durable_seen.fetch_max(epoch, Ordering::SeqCst);
-        // Their entries predate the bump above: durable in place now.
+        // Their entries predate the bump of this full checkpoint: durable in
+        // place now.
         let pending = std::mem::take(&mut *self.pending.lock());
         if let Some((first, _)) = pending.first()
             && let Some(dir) = first.parent()
@@ -447,6 +499,11 @@ struct Region {
     epoch: u64,
 }
 
+/// The region a batch of `epoch` writes to.
+fn region_index(epoch: u64) -> usize {
+    usize::try_from(epoch % 2).expect("0 or 1")
+}
+
 impl Region {
     fn base(index: usize) -> u64 {
         index as u64 * REGION_BYTES
@@ -502,6 +559,8 @@ impl Journal {
             durable_seen: AtomicU64::new(durable_now),
             pending: Mutex::new(pending),
             placer: Mutex::new(None),
+            young: AtomicBool::new(false),
+            epoch_seen: AtomicU64::new(0),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
@@ -535,13 +594,19 @@ impl Journal {
             // The batch either appends or (newer epoch, all durable) starts over.
             r.offset + bytes > REGION_BYTES && r.epoch > durable
         });
+        let half_full = |r: &Region| r.epoch > durable && r.offset + bytes > REGION_BYTES / 2;
+        let epoch = self.shared.epoch_seen.load(Ordering::SeqCst);
+        let soon = if self.shared.young.load(Ordering::SeqCst) && epoch > 0 {
+            // Lagging checkpoints leave the region of the epoch before half
+            // full and not yet durable until the next one: only the region
+            // of the current epoch says when that is due.
+            half_full(&self.regions[region_index(epoch)])
+        } else {
+            self.regions.iter().any(half_full)
+        };
         if tight {
-            self.shared.checkpoint()?;
-        } else if self
-            .regions
-            .iter()
-            .any(|r| r.epoch > durable && r.offset + bytes > REGION_BYTES / 2)
-        {
+            self.shared.checkpoint(true)?;
+        } else if soon {
             // Half full of entries not yet durable: checkpoint soon (a
             // region that is all durable starts over at its next epoch).
             self.shared.wake.notify_one();
@@ -557,7 +622,9 @@ impl Journal {
         match read_u64(&self.epoch_shared, 0) {
             Ok(epoch) => {
                 self.shared_lock_held = true;
-                Ok(epoch.unwrap_or(1).max(1))
+                let epoch = epoch.unwrap_or(1).max(1);
+                self.shared.epoch_seen.fetch_max(epoch, Ordering::SeqCst);
+                Ok(epoch)
             }
             Err(e) => {
                 let _ = flock(&self.epoch_shared, libc::LOCK_UN);
@@ -579,7 +646,9 @@ impl Journal {
     /// holds [`Journal::gate`] (`_gate`, locked by the caller for the
     /// batch) instead of the `flock` (ADR 0035): two system calls fewer.
     pub(crate) fn begin_solo_batch(&mut self, _gate: &MutexGuard<'_, ()>) -> io::Result<u64> {
-        Ok(read_u64(&self.epoch_shared, 0)?.unwrap_or(1).max(1))
+        let epoch = read_u64(&self.epoch_shared, 0)?.unwrap_or(1).max(1);
+        self.shared.epoch_seen.fetch_max(epoch, Ordering::SeqCst);
+        Ok(epoch)
     }
 
     pub(crate) fn end_batch(&mut self) -> io::Result<()> {
@@ -657,7 +726,7 @@ impl Journal {
                 len: u32::try_from(self.buffer.len() - start).expect("entries are bounded"),
             });
         }
-        let index = usize::try_from(epoch % 2).expect("0 or 1");
+        let index = region_index(epoch);
         let durable = self.shared.durable_seen.load(Ordering::SeqCst);
         let region = &mut self.regions[index];
         if region.reusable(epoch, durable) {
@@ -698,6 +767,7 @@ impl Journal {
         if let Some(marker) = young_marker(&self.path) {
             File::create(marker)?;
         }
+        self.shared.young.store(true, Ordering::SeqCst);
         Ok(())
     }
 
@@ -782,7 +852,7 @@ impl Journal {
     pub(crate) fn close(mut self) {
         self.stop_checkpointer();
         if self.shared.dirty()
-            && let Err(e) = self.shared.checkpoint()
+            && let Err(e) = self.shared.checkpoint(true)
         {
             tracing::warn!(error = %e, "folder bucket: the last checkpoint failed; the journal stays for recovery");
             return;
@@ -824,12 +894,13 @@ pub(crate) struct Checkpoints {
 impl Checkpoints {
     /// Makes everything journaled so far durable in place.
     pub(crate) fn run(&self) -> io::Result<()> {
-        self.shared.checkpoint()
+        self.shared.checkpoint(true)
     }
 
     /// Unmarks the journal: the process left solo mode and its young
     /// entries are durable in place.
     pub(crate) fn unmark_young(&self) -> io::Result<()> {
+        self.shared.young.store(false, Ordering::SeqCst);
         remove_young_marker(&self.journal)
     }
 }
@@ -847,7 +918,7 @@ fn checkpoint_loop(shared: &Shared, interval: Duration) {
             }
         }
         if shared.dirty()
-            && let Err(e) = shared.checkpoint()
+            && let Err(e) = shared.checkpoint(false)
         {
             tracing::error!(error = %e, "folder bucket: checkpoint failed; retrying");
         }
@@ -1601,10 +1672,68 @@ mod tests {
             "an entry that was not young is not applied on the same boot"
         );
         // The journal and its marker go at the first checkpoint.
-        second.shared.checkpoint()?;
+        second.shared.checkpoint(true)?;
         assert!(!first_path.exists());
         assert!(young_marker(&first_path).is_some_and(|m| !m.exists()));
         second.close();
+        Ok(())
+    }
+
+    /// While the journal holds young objects, a periodic checkpoint puts in
+    /// place and makes durable only the epoch before the current one, then
+    /// bumps: an object of the current epoch waits for the next checkpoint.
+    /// The region of the new epoch starts over all the same, and a full
+    /// checkpoint (a clean close, another process's knock) leaves nothing
+    /// behind. Without young objects, every checkpoint is full.
+    #[test]
+    fn checkpoints_lag_one_epoch_while_the_journal_holds_young_objects() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut journal = Journal::open(dir.path(), &test_options())?;
+        let placed = Arc::new(Mutex::new(Vec::new()));
+        {
+            let placed = Arc::clone(&placed);
+            journal.set_placer(Arc::new(move |epoch| {
+                placed.lock().push(epoch);
+                Ok(())
+            }));
+        }
+        let durable = |journal: &Journal| read_durable(&journal.shared.durable);
+        let current = |journal: &Journal| -> io::Result<u64> {
+            Ok(read_u64(&journal.epoch_shared, 0)?.unwrap_or(1))
+        };
+
+        // Not marked young: full.
+        let e1 = journal_put(&mut journal, b"1")?;
+        journal.shared.checkpoint(false)?;
+        assert_eq!((durable(&journal)?, current(&journal)?), (e1, e1 + 1));
+        assert_eq!(placed.lock().as_slice(), [e1]);
+
+        journal.mark_young()?;
+        let e2 = journal_put(&mut journal, b"2")?;
+        assert_eq!(e2, e1 + 1);
+        journal.shared.checkpoint(false)?;
+        assert_eq!(
+            (durable(&journal)?, current(&journal)?),
+            (e2 - 1, e2 + 1),
+            "lagging: the epoch before is made durable, then the epoch moves on"
+        );
+        assert_eq!(placed.lock().last(), Some(&(e2 - 1)));
+        assert!(journal.shared.dirty(), "epoch {e2} is not durable yet");
+
+        // The next epoch writes to the region of `e2 - 1`, all durable: it
+        // starts over.
+        let e3 = journal_put(&mut journal, b"3")?;
+        assert_eq!(journal.appended()[0].offset, Region::base(region_index(e3)));
+        journal.shared.checkpoint(false)?;
+        assert_eq!((durable(&journal)?, current(&journal)?), (e2, e3 + 1));
+        assert_eq!(placed.lock().last(), Some(&e2));
+
+        // A full checkpoint puts everything in place.
+        journal.shared.checkpoint(true)?;
+        assert_eq!(durable(&journal)?, e3 + 1);
+        assert_eq!(placed.lock().last(), Some(&(e3 + 1)));
+        assert!(!journal.shared.dirty());
+        journal.close();
         Ok(())
     }
 
@@ -1778,7 +1907,7 @@ mod tests {
         assert!(first_path.exists());
         third.close();
 
-        second.shared.checkpoint()?;
+        second.shared.checkpoint(true)?;
         assert!(
             read_durable(&second.shared.durable)? >= epoch,
             "its entries are durable"
