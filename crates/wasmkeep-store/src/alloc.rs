@@ -1,105 +1,70 @@
-//! SQLite's memory comes from Rust's global allocator, the one the binary
-//! chose (mimalloc for `wasmkeep`, docs/adr/0026-allocator.md), rather than
-//! from libc's `malloc`, whose arena locks the actors' threads queued on.
+//! SQLite's memory comes from mimalloc (docs/adr/0026-allocator.md: the
+//! `wasmkeep` binary's global allocator too), rather than from libc's
+//! `malloc`, whose arena locks the actors' threads queued on.
 //!
-//! Each block carries its size in a header, which `xSize` and `xFree` read
-//! (Rust's allocator wants the layout back when freeing).
+//! SQLite calls mimalloc's C API directly: mimalloc knows each block's size,
+//! so a block carries no header. Through Rust's allocator each block needed
+//! its size in a 16-byte header (Rust wants the layout back when freeing),
+//! and SQLite's page-sized blocks (the 4 KiB temporary pages, two per open
+//! connection) then landed in mimalloc's next size class up, 5 KiB (ADR 0038).
 
-use std::alloc::{Layout, alloc, dealloc, realloc};
 use std::ffi::{c_int, c_void};
 
 use rusqlite::ffi;
 
-/// Size header before each block; 16 keeps the block 16-byte aligned
-/// (SQLite needs 8).
-const HEADER: usize = 16;
-const ALIGN: usize = 16;
+// Part of mimalloc's C API, linked through `libmimalloc-sys`, whose
+// declarations of these sit behind a feature with a dependency of its own.
+unsafe extern "C" {
+    fn mi_usable_size(p: *const c_void) -> usize;
+    fn mi_good_size(size: usize) -> usize;
+}
 
-fn layout(n: usize) -> Option<Layout> {
-    Layout::from_size_align(n.checked_add(HEADER)?, ALIGN).ok()
+fn size(n: c_int) -> Option<usize> {
+    usize::try_from(n).ok().filter(|n| *n > 0)
 }
 
 /// # Safety
 /// Called by SQLite only.
 unsafe extern "C" fn x_malloc(n: c_int) -> *mut c_void {
-    let Some(layout) = usize::try_from(n).ok().filter(|n| *n > 0).and_then(layout) else {
-        return std::ptr::null_mut();
-    };
-    // SAFETY: the layout has a nonzero size; the header is written inside
-    // the block, which is aligned for a usize.
-    unsafe {
-        let base = alloc(layout);
-        if base.is_null() {
-            return base.cast();
-        }
-        base.cast::<usize>().write(layout.size() - HEADER);
-        base.add(HEADER).cast()
-    }
-}
-
-/// # Safety
-/// `p` is null or came from `x_malloc`/`x_realloc` and is not freed yet.
-unsafe fn base_and_size(p: *mut c_void) -> (*mut u8, usize) {
-    // SAFETY: per the contract, the header sits HEADER bytes before `p`.
-    unsafe {
-        let base = p.cast::<u8>().sub(HEADER);
-        (base, base.cast::<usize>().read())
+    match size(n) {
+        // SAFETY: a plain allocation; mimalloc aligns blocks to 16 bytes
+        // (SQLite needs 8).
+        Some(n) => unsafe { libmimalloc_sys::mi_malloc(n) },
+        None => std::ptr::null_mut(),
     }
 }
 
 /// # Safety
 /// Called by SQLite only, with a block of ours or null.
 unsafe extern "C" fn x_free(p: *mut c_void) {
-    if p.is_null() {
-        return;
-    }
-    // SAFETY: a live block of ours; its layout is rebuilt from its header
-    // exactly as it was allocated.
-    unsafe {
-        let (base, size) = base_and_size(p);
-        let layout = layout(size).expect("the block was allocated with this layout");
-        dealloc(base, layout);
-    }
+    // SAFETY: null or a live block from mi_malloc / mi_realloc.
+    unsafe { libmimalloc_sys::mi_free(p) }
 }
 
 /// # Safety
-/// Called by SQLite only, with a block of ours (never null: SQLite calls
-/// `xMalloc` for that) and a positive size.
+/// Called by SQLite only, with a block of ours and a positive size.
 unsafe extern "C" fn x_realloc(p: *mut c_void, n: c_int) -> *mut c_void {
-    let Some(new) = usize::try_from(n).ok().filter(|n| *n > 0).and_then(layout) else {
-        return std::ptr::null_mut();
-    };
-    if p.is_null() {
-        // SAFETY: forwarded from SQLite.
-        return unsafe { x_malloc(n) };
-    }
-    // SAFETY: a live block of ours with its original layout; on success the
-    // old block is gone and the header is rewritten in the new one.
-    unsafe {
-        let (base, size) = base_and_size(p);
-        let old = layout(size).expect("the block was allocated with this layout");
-        let moved = realloc(base, old, new.size());
-        if moved.is_null() {
-            return moved.cast();
-        }
-        moved.cast::<usize>().write(new.size() - HEADER);
-        moved.add(HEADER).cast()
+    match size(n) {
+        // SAFETY: null or a live block of ours; on failure it stays as it was.
+        Some(n) => unsafe { libmimalloc_sys::mi_realloc(p, n) },
+        None => std::ptr::null_mut(),
     }
 }
 
 /// # Safety
 /// Called by SQLite only, with a block of ours or null.
 unsafe extern "C" fn x_size(p: *mut c_void) -> c_int {
-    if p.is_null() {
-        return 0;
-    }
-    // SAFETY: a live block of ours; sizes fit a c_int (they came from one).
-    let size = unsafe { base_and_size(p).1 };
+    // SAFETY: null (0) or a live block of mimalloc's. The usable size may
+    // exceed the size asked for, which SQLite allows (and uses).
+    let size = unsafe { mi_usable_size(p) };
     c_int::try_from(size).unwrap_or(c_int::MAX)
 }
 
 extern "C" fn x_roundup(n: c_int) -> c_int {
-    n.checked_add(7).map_or(n, |m| m & !7)
+    let Some(size) = size(n) else { return n };
+    // SAFETY: a pure function of its argument.
+    let good = unsafe { mi_good_size(size) };
+    c_int::try_from(good).unwrap_or(n)
 }
 
 extern "C" fn x_init(_: *mut c_void) -> c_int {
@@ -125,8 +90,8 @@ static METHODS: Methods = Methods(ffi::sqlite3_mem_methods {
     pAppData: std::ptr::null_mut(),
 });
 
-/// Points SQLite at Rust's allocator. Must run before SQLite initializes;
-/// refused (and harmless) after, when SQLite keeps libc's `malloc`.
+/// Points SQLite at mimalloc. Must run before SQLite initializes; refused
+/// (and harmless) after, when SQLite keeps libc's `malloc`.
 ///
 /// # Safety
 /// No other thread may be calling into SQLite.

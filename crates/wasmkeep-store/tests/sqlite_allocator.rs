@@ -1,60 +1,34 @@
-//! SQLite allocates through Rust's global allocator once a store is open
-//! (its own process: the configuration only takes before SQLite initializes).
+//! SQLite allocates from mimalloc, without a size header per block, once a
+//! store is open (its own process: the configuration only takes before
+//! SQLite initializes).
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ffi::c_void;
 
 use common::*;
 
-/// Rust's allocator for this test: counts blocks of one odd size.
-struct Counting;
-
-/// Asked of SQLite below; with the store's 16-byte header Rust sees this + 16.
-const PROBE_BYTES: usize = 12_344;
-static PROBE_BLOCKS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() == PROBE_BYTES + 16 {
-            PROBE_BLOCKS.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: the caller's layout, forwarded.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's block and layout, forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
+unsafe extern "C" {
+    fn mi_is_in_heap_region(p: *const c_void) -> bool;
+    fn mi_usable_size(p: *const c_void) -> usize;
 }
 
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
 #[tokio::test]
-async fn sqlite_allocates_through_rusts_allocator_and_grows_blocks_intact() {
+async fn sqlite_allocates_page_sized_blocks_from_mimalloc_and_grows_blocks_intact() {
     let bucket = Probe::new();
     let a = actor("alloc");
     let mut s = open(&bucket, &a, "n1").await;
 
-    let before = PROBE_BLOCKS.load(Ordering::SeqCst);
     // SAFETY: a block from sqlite3_malloc, sized and freed by SQLite.
-    let size = unsafe {
-        let p = rusqlite::ffi::sqlite3_malloc(PROBE_BYTES as i32);
+    unsafe {
+        let p = rusqlite::ffi::sqlite3_malloc(4096);
         assert!(!p.is_null());
-        let size = rusqlite::ffi::sqlite3_msize(p);
+        assert!(mi_is_in_heap_region(p), "SQLite's block is not mimalloc's");
+        // A size header would have put the block in the 5 KiB size class.
+        assert_eq!(mi_usable_size(p), 4096);
+        assert_eq!(rusqlite::ffi::sqlite3_msize(p), 4096);
         rusqlite::ffi::sqlite3_free(p);
-        size
-    };
-    assert_eq!(
-        PROBE_BLOCKS.load(Ordering::SeqCst),
-        before + 1,
-        "SQLite's block did not come from Rust's allocator"
-    );
-    assert_eq!(size, PROBE_BYTES as u64);
+    }
 
     // Growing blocks (realloc) keeps their contents: a string built up to
     // 2 MB in one statement, and rows read back.
