@@ -253,7 +253,7 @@ async fn run(node: Arc<Node>) {
                 continue;
             }
             // A full mailbox is asked again at the next pass.
-            if stub.tx.try_send(Job::Drain).is_ok() {
+            if stub.tx.try_send(Box::new(Job::Drain)).is_ok() {
                 asked.insert(stub.id.clone(), Arc::clone(stub));
             }
         }

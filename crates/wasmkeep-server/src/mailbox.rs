@@ -28,12 +28,13 @@ pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
 
 pub(crate) type Reply = oneshot::Sender<Result<Response>>;
 
-/// One unit of work for an actor.
+/// One unit of work for an actor. A mailbox's channel carries it boxed: the
+/// channel allocates room for 32 jobs up front, and 32 jobs of ~80 bytes
+/// inline held 2.7 KiB per resident actor (ADR 0038).
 pub(crate) enum Job {
     Request {
-        /// Boxed: a mailbox's channel allocates room for 32 jobs up front,
-        /// and a request inline made each job 152 bytes (4.9 KiB per
-        /// resident actor; 2 KiB with the box).
+        /// Boxed: a request inline made each job 152 bytes, and a job
+        /// that carries another kind of event would be as large.
         request: Box<Request>,
         /// The actors waiting on this event, the target last.
         chain: Vec<ActorId>,
@@ -114,8 +115,8 @@ enum Leave {
     Move,
 }
 
-pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Job>) {
-    let active = match activate(&node, &stub).await {
+pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Box<Job>>) {
+    let active = match Box::pin(activate(&node, &stub)).await {
         Ok(active) => active,
         Err(e) => {
             let outcome = match &e {
@@ -141,7 +142,7 @@ pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver
             stub.activation.set(outcome);
             rx.close();
             while let Ok(job) = rx.try_recv() {
-                fail_job(&node, job, &e);
+                fail_job(&node, *job, &e);
             }
             node.end_release(&stub, released);
             return;
@@ -569,10 +570,10 @@ async fn run_alarm(
 async fn hand_over(
     node: &Arc<Node>,
     stub: &Arc<Stub>,
-    mut rx: mpsc::Receiver<Job>,
+    mut rx: mpsc::Receiver<Box<Job>>,
     mut active: Active,
     leave: Leave,
-) -> Option<(mpsc::Receiver<Job>, Active)> {
+) -> Option<(mpsc::Receiver<Box<Job>>, Active)> {
     let released = node.begin_release(stub, leave == Leave::Idle, rx.is_empty());
     if leave == Leave::Idle && released.is_none() && node.is_live(stub) {
         // Work arrived while we decided: keep serving.
@@ -584,14 +585,14 @@ async fn hand_over(
     if healthy {
         // Events queued before the close still run here.
         while let Ok(job) = rx.try_recv() {
-            if !matches!(job, Job::Hibernate | Job::Drain) {
-                run_job(node, stub, &mut active, job).await;
+            if !matches!(*job, Job::Hibernate | Job::Drain) {
+                run_job(node, stub, &mut active, *job).await;
             }
         }
     } else {
         let error = Error::unavailable(format!("actor {} is being restored", stub.id));
         while let Ok(job) = rx.try_recv() {
-            fail_job(node, job, &error);
+            fail_job(node, *job, &error);
         }
     }
     // Sockets: clients are told to reconnect; the guest sees each close.
@@ -702,10 +703,19 @@ async fn await_sockets_closed(stub: &Stub) {
 }
 
 /// Runs events until the actor leaves this node.
-async fn serve(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Job>, mut active: Active) {
+async fn serve(
+    node: Arc<Node>,
+    stub: Arc<Stub>,
+    mut rx: mpsc::Receiver<Box<Job>>,
+    mut active: Active,
+) {
     loop {
         let leave = serve_until_leave(&node, &stub, &mut rx, &mut active).await;
-        match hand_over(&node, &stub, rx, active, leave).await {
+        // Boxed, like the activation: this task lives as long as the actor
+        // is resident, and its future is as large as the largest step it
+        // may take; inline, the hand-over (which runs the events still
+        // queued) made it 2.3 KiB per resident actor.
+        match Box::pin(hand_over(&node, &stub, rx, active, leave)).await {
             Some((back_rx, back_active)) => {
                 rx = back_rx;
                 active = back_active;
@@ -718,7 +728,7 @@ async fn serve(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Job>, mu
 async fn serve_until_leave(
     node: &Arc<Node>,
     stub: &Arc<Stub>,
-    rx: &mut mpsc::Receiver<Job>,
+    rx: &mut mpsc::Receiver<Box<Job>>,
     active: &mut Active,
 ) -> Leave {
     let mut shutdown: watch::Receiver<bool> = node.shutdown_rx();
@@ -763,7 +773,7 @@ async fn serve_until_leave(
             }
         };
         last_job = tokio::time::Instant::now();
-        match job {
+        match job.map(|job| *job) {
             Some(Job::Hibernate) => {
                 if stub.open_sockets() == 0 && rx.is_empty() {
                     return Leave::Idle;

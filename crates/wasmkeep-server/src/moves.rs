@@ -452,7 +452,7 @@ async fn run_move(node: &Arc<Node>, stub: &Arc<Stub>, key: &MoveKey, url: &str) 
             tracing::warn!(%actor, target = %key.target, "move had no outcome within 30 s; given up for this pass");
             // The stub hibernates: its next event claims the actor as usual.
             if node.is_live(stub) {
-                let _ = stub.tx.try_send(Job::Hibernate);
+                let _ = stub.tx.try_send(Box::new(Job::Hibernate));
             }
         }
     }
@@ -485,10 +485,10 @@ async fn attempt(
     let (reply_tx, reply_rx) = oneshot::channel();
     if stub
         .tx
-        .send(Job::Move {
+        .send(Box::new(Job::Move {
             token,
             reply: reply_tx,
-        })
+        }))
         .await
         .is_err()
     {

@@ -38,7 +38,7 @@ use crate::{Error, NodeConfig, Result, classes};
 #[derive(Debug)]
 pub struct Stub {
     pub id: ActorId,
-    pub(crate) tx: mpsc::Sender<Job>,
+    pub(crate) tx: mpsc::Sender<Box<Job>>,
     pub(crate) sockets: SharedSockets,
     last_used_ms: AtomicI64,
     /// Set when the actor's store failed; the mailbox drops the actor.
@@ -656,7 +656,7 @@ impl Node {
         }
         for stub in &idle[..batch] {
             // Best effort: a full mailbox is not idle and will not be chosen.
-            let _ = stub.tx.try_send(Job::Hibernate);
+            let _ = stub.tx.try_send(Box::new(Job::Hibernate));
         }
         Ok(())
     }
@@ -755,14 +755,14 @@ impl Node {
         /// node has not seen yet, or a "moved" one naming another holder)
         /// is sent once more instead of failing the client.
         const HAND_BACK_COPY_BYTES_MAX: usize = 64 * 1024;
-        let mut job = Job::Request {
+        let mut job = Box::new(Job::Request {
             request: Box::new(request),
             chain,
             reply: None,
             started: Instant::now(),
-        };
+        });
         let (reply_tx, reply_rx) = oneshot::channel();
-        if let Job::Request { reply, .. } = &mut job {
+        if let Job::Request { reply, .. } = &mut *job {
             *reply = Some(reply_tx);
         }
         if matches!(hop, Hop::Forwarded { .. }) {
@@ -784,7 +784,7 @@ impl Node {
                         chain,
                         reply,
                         started,
-                    } = job
+                    } = *job
                     else {
                         return Err(Error::Runtime("a request job is a request".into()));
                     };
@@ -825,12 +825,12 @@ impl Node {
                                 HandBack::Moved(holder) => self.learn_holder(actor, &holder),
                                 _ => self.forget_hints(actor),
                             }
-                            job = Job::Request {
+                            job = Box::new(Job::Request {
                                 request,
                                 chain,
                                 reply,
                                 started,
-                            };
+                            });
                             continue;
                         }
                         _ => return Ok(routed),
@@ -926,7 +926,8 @@ impl Node {
 
     /// Sends an event that no client waits for (alarm, socket), waiting for
     /// room in the mailbox. `Err(HeldElsewhere)` when another node holds it.
-    pub(crate) async fn send_event(self: &Arc<Self>, actor: &ActorId, mut job: Job) -> Result<()> {
+    pub(crate) async fn send_event(self: &Arc<Self>, actor: &ActorId, job: Job) -> Result<()> {
+        let mut job = Box::new(job);
         for _ in 0..3 {
             let stub = match self.ensure_owner(actor).await? {
                 Owner::Local(stub) => stub,

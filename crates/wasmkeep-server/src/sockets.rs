@@ -274,5 +274,5 @@ where
 /// Sends a socket event to the actor, waiting for room (back-pressure on
 /// the client). False when the actor's mailbox is gone.
 async fn forward(stub: &Stub, job: Job) -> bool {
-    stub.tx.send(job).await.is_ok()
+    stub.tx.send(Box::new(job)).await.is_ok()
 }
