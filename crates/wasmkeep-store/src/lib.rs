@@ -20,6 +20,7 @@
 mod alloc;
 mod conn;
 mod error;
+mod page;
 mod record;
 mod restore;
 mod sql;
@@ -126,7 +127,7 @@ mod tests {
 
     #[test]
     fn record_origin_names_the_writer_and_refuses_damaged_bytes() {
-        let page = [0u8; PAGE_BYTES];
+        let page = page::PageData::zeroed();
         let bytes = record::encode(
             &record::Header {
                 kind: record::Kind::Snapshot,

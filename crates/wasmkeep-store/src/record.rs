@@ -35,7 +35,8 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::vfs::{PAGE_BYTES, Page};
+use crate::page::PageData;
+use crate::vfs::{PAGE_BYTES, Page, SharedPage};
 
 const MAGIC: &[u8; 8] = b"wkstore\0";
 /// Format of records and snapshots written by this version.
@@ -61,7 +62,7 @@ pub struct Decoded {
     pub actor: String,
     pub node: String,
     pub incarnation: String,
-    pub pages: Vec<(u32, Arc<Page>)>,
+    pub pages: Vec<(u32, SharedPage)>,
 }
 
 /// The header fields of a record to encode.
@@ -86,35 +87,9 @@ fn header_len() -> usize {
     encoded_len(0, 0)
 }
 
-/// Where the page's longest run of zero bytes starts, and its length,
-/// eight bytes at a time. Zero bytes at a word's start continue the run,
-/// those at its end start the next one; a run inside one word (at most six
-/// bytes) is not looked for, so a page with only such runs keeps them.
-fn longest_zero_run(page: &Page) -> (usize, usize) {
-    let (mut best_start, mut best_len) = (0, 0);
-    let (mut run_start, mut run_len) = (0, 0);
-    for (w, chunk) in page.chunks_exact(8).enumerate() {
-        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-        if word == 0 {
-            run_len += 8;
-            continue;
-        }
-        run_len += (word.trailing_zeros() / 8) as usize;
-        if run_len > best_len {
-            (best_start, best_len) = (run_start, run_len);
-        }
-        let tail = (word.leading_zeros() / 8) as usize;
-        (run_start, run_len) = (w * 8 + 8 - tail, tail);
-    }
-    if run_len > best_len {
-        (best_start, best_len) = (run_start, run_len);
-    }
-    (best_start, best_len)
-}
-
 pub fn encode<'p>(
     header: &Header<'_>,
-    pages: impl ExactSizeIterator<Item = (u32, &'p Page)>,
+    pages: impl ExactSizeIterator<Item = (u32, &'p PageData)>,
 ) -> Bytes {
     let text = header.actor.len() + header.node.len() + header.incarnation.len();
     let mut out = BytesMut::with_capacity(encoded_len(pages.len(), text));
@@ -135,12 +110,12 @@ pub fn encode<'p>(
         u32::try_from(pages.len()).expect("pages per record bounded by record_bytes_max"),
     );
     for (idx, page) in pages {
-        let (gap_start, gap_len) = longest_zero_run(page);
+        // Pages are kept in memory in the form records store.
+        let (gap_start, gap_len) = page.gap();
         out.put_u32_le(idx);
         out.put_u16_le(u16::try_from(gap_start).expect("within a page"));
         out.put_u16_le(u16::try_from(gap_len).expect("within a page"));
-        out.put_slice(&page[..gap_start]);
-        out.put_slice(&page[gap_start + gap_len..]);
+        out.put_slice(page.stored());
     }
     let crc = crc32fast::hash(&out);
     out.put_u32_le(crc);
@@ -227,7 +202,8 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
             page[gap_start + gap_len..].copy_from_slice(r.take(PAGE_BYTES - gap_start - gap_len)?);
             page
         };
-        pages.push((idx, Arc::new(page)));
+        // Made again from the whole page: canonical whatever gap the writer chose.
+        pages.push((idx, Arc::new(PageData::new(&page))));
     }
     if r.pos != body.len() {
         return Err(format!(
@@ -303,8 +279,8 @@ mod tests {
     use super::*;
 
     fn sample() -> Bytes {
-        let p1: Page = [1; PAGE_BYTES];
-        let p3: Page = [3; PAGE_BYTES];
+        let p1 = PageData::new(&[1; PAGE_BYTES]);
+        let p3 = PageData::new(&[3; PAGE_BYTES]);
         encode(
             &Header {
                 kind: Kind::Log,
@@ -332,7 +308,7 @@ mod tests {
         );
         assert_eq!(d.pages.len(), 2);
         assert_eq!(d.pages[1].0, 3);
-        assert_eq!(d.pages[1].1[0], 3);
+        assert_eq!(d.pages[1].1.to_page(), [3; PAGE_BYTES]);
     }
 
     fn header(seq: u64, db_pages: u32) -> Header<'static> {
@@ -366,10 +342,11 @@ mod tests {
         at_end[0] = 6;
         let zeros: Page = [0; PAGE_BYTES];
         let full: Page = [0xAB; PAGE_BYTES];
-        let pages = [&middle, &at_start, &at_end, &zeros, &full];
+        let pages = [middle, at_start, at_end, zeros, full];
+        let data: Vec<PageData> = pages.iter().map(PageData::new).collect();
         let bytes = encode(
             &header(1, 5),
-            pages.iter().enumerate().map(|(i, p)| (i as u32, *p)),
+            data.iter().enumerate().map(|(i, p)| (i as u32, p)),
         );
         // A full page plus the few non-zero bytes of the others.
         let least = header_len() + 15 + 5 * 8 + PAGE_BYTES;
@@ -379,13 +356,19 @@ mod tests {
             bytes.len()
         );
         let d = decode(&bytes).unwrap();
-        let back: Vec<&Page> = d.pages.iter().map(|(_, p)| &**p).collect();
+        let back: Vec<Page> = d.pages.iter().map(|(_, p)| p.to_page()).collect();
         assert_eq!(back, pages);
-        assert_eq!(longest_zero_run(&middle), (2001, 2055));
-        assert_eq!(longest_zero_run(&at_start), (0, PAGE_BYTES - 1));
-        assert_eq!(longest_zero_run(&at_end), (1, PAGE_BYTES - 1));
-        assert_eq!(longest_zero_run(&zeros), (0, PAGE_BYTES));
-        assert_eq!(longest_zero_run(&full).1, 0);
+        let gaps: Vec<_> = d.pages.iter().map(|(_, p)| p.gap()).collect();
+        assert_eq!(
+            gaps,
+            [
+                (2001, 2055),
+                (0, PAGE_BYTES - 1),
+                (1, PAGE_BYTES - 1),
+                (0, PAGE_BYTES),
+                (0, 0)
+            ]
+        );
         assert_eq!(
             encoded_len(1, 0),
             header_len() + 8 + PAGE_BYTES,
@@ -394,7 +377,7 @@ mod tests {
     }
 
     #[test]
-    fn the_gap_left_out_is_always_zeros_and_pages_read_back_whole() {
+    fn pages_of_every_shape_read_back_whole_in_their_canonical_form() {
         // Pages with a few non-zero bytes at pseudo-random places (a fixed
         // LCG: the same pages every run).
         let mut x: u64 = 0x2545_F491_4F6C_DD1D;
@@ -407,14 +390,11 @@ mod tests {
             for _ in 0..round % 40 {
                 page[next() % PAGE_BYTES] = (next() % 255 + 1) as u8;
             }
-            let (start, len) = longest_zero_run(&page);
-            assert!(start + len <= PAGE_BYTES);
-            assert!(
-                page[start..start + len].iter().all(|b| *b == 0),
-                "round {round}"
-            );
-            let bytes = encode(&header(1, 1), [(0u32, &page)].into_iter());
-            assert_eq!(*decode(&bytes).unwrap().pages[0].1, page, "round {round}");
+            let data = PageData::new(&page);
+            let bytes = encode(&header(1, 1), [(0u32, &data)].into_iter());
+            let back = &decode(&bytes).unwrap().pages[0].1;
+            assert_eq!(back.to_page(), page, "round {round}");
+            assert_eq!(**back, data, "round {round}");
         }
     }
 
@@ -439,14 +419,14 @@ mod tests {
         body.extend_from_slice(&page);
         let d = decode(&sealed(body)).unwrap();
         assert_eq!((d.seq, d.db_pages, d.pages.len()), (3, 2, 1));
-        assert_eq!((d.pages[0].0, &*d.pages[0].1), (1, &page));
+        assert_eq!((d.pages[0].0, d.pages[0].1.to_page()), (1, page));
     }
 
     #[test]
     fn a_gap_past_the_page_or_bytes_after_the_pages_are_refused() {
         let mut page: Page = [0; PAGE_BYTES];
         page[0] = 1;
-        let good = encode(&header(1, 1), [(0u32, &page)].into_iter()).to_vec();
+        let good = encode(&header(1, 1), [(0u32, &PageData::new(&page))].into_iter()).to_vec();
         let body = &good[..good.len() - 4];
         // The page's gap fields follow its index, 8 bytes before the page's
         // single stored byte.

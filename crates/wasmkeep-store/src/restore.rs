@@ -7,7 +7,6 @@
 //! number of times; a gap that persists is corruption and is reported with
 //! the key, never papered over.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,7 +14,7 @@ use wasmkeep_bucket::{Bucket, Error as BucketError};
 use wasmkeep_types::{ActorId, Keys};
 
 use crate::record::{self, Decoded, Kind};
-use crate::vfs::{PAGE_BYTES, Page};
+use crate::vfs::{SharedPage, zero_page};
 use crate::{Error, Result};
 
 /// Fresh listings tried when the log races a compaction.
@@ -52,7 +51,7 @@ where
 /// The database image and log position an actor restores to.
 #[derive(Debug)]
 pub(crate) struct Restored {
-    pub pages: Vec<Arc<Page>>,
+    pub pages: Vec<SharedPage>,
     /// Last log record applied (0: none ever written).
     pub last_seq: u64,
     pub alarm_ms: Option<i64>,
@@ -176,8 +175,8 @@ async fn fetch(
     Ok(d)
 }
 
-fn apply(pages: &mut Vec<Arc<Page>>, d: Decoded) {
-    pages.resize_with(d.db_pages as usize, || Arc::new([0; PAGE_BYTES]));
+fn apply(pages: &mut Vec<SharedPage>, d: Decoded) {
+    pages.resize_with(d.db_pages as usize, zero_page);
     for (idx, page) in d.pages {
         pages[idx as usize] = page;
     }

@@ -35,7 +35,7 @@ use crate::conn::Conn;
 use crate::record::{self, Header, Kind};
 use crate::restore;
 use crate::sql::{self, Guard, QueryRows, SqlError, SqlValue};
-use crate::vfs::{Changes, MemFile, PAGE_BYTES, Page, SharedFile, VFS_NAME};
+use crate::vfs::{Changes, MemFile, PAGE_BYTES, SharedFile, SharedPage, VFS_NAME, zero_page};
 use crate::{Error, Result, StoreConfig, WriterId};
 
 /// Statements kept prepared per connection.
@@ -60,11 +60,11 @@ static DB_NAMES: AtomicU64 = AtomicU64::new(0);
 /// A record waiting to be written.
 struct Pending {
     seq: u64,
-    pages: BTreeMap<u32, Arc<Page>>,
+    pages: BTreeMap<u32, SharedPage>,
     db_pages: u32,
     alarm_ms: Option<i64>,
     /// The whole database as of this record, when it is to be snapshotted.
-    image: Option<Vec<Arc<Page>>>,
+    image: Option<Vec<SharedPage>>,
     /// Events whose changes this record carries.
     events: u32,
 }
@@ -785,7 +785,7 @@ impl ActorStore {
         back.alarm_ms = self.committed_alarm;
         back.pages.retain(|i, _| *i < changes.db_pages);
         if let Some(image) = &mut back.image {
-            image.resize_with(changes.db_pages as usize, || Arc::new([0; PAGE_BYTES]));
+            image.resize_with(changes.db_pages as usize, zero_page);
             for (i, page) in &changes.pages {
                 image[*i as usize] = Arc::clone(page);
             }
@@ -966,7 +966,10 @@ async fn write_records(
                 continue;
             }
         };
-        match write_record(shared, &rec, &mut durable_alarm).await {
+        // Boxed (and the snapshot writer's steps): these tasks live as long
+        // as the store, mostly idle, and an inline bucket write sized each
+        // of their futures at ~900 bytes (ADR 0038).
+        match Box::pin(write_record(shared, &rec, &mut durable_alarm)).await {
             Ok(()) => {
                 let queued: u32 = shared.state.lock().queue.iter().map(|p| p.events).sum();
                 linger = (rec.events + queued >= 2).then(|| {
@@ -1140,7 +1143,7 @@ async fn delete_retrying(
 struct Snapshot {
     seq: u64,
     alarm_ms: Option<i64>,
-    image: Vec<Arc<Page>>,
+    image: Vec<SharedPage>,
 }
 
 /// The next snapshot to write: one slot, the newest image wins. A snapshot
@@ -1186,7 +1189,7 @@ async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>) {
             slot.wake.notified().await;
             continue;
         };
-        let written = write_snapshot(&shared, &snap).await;
+        let written = Box::pin(write_snapshot(&shared, &snap)).await;
         // A flush (hand-over, hibernation) waits for the snapshot, not for
         // the cleanup of what it covers.
         shared.progress.send_modify(|p| p.snapshots_pending -= 1);
@@ -1196,7 +1199,7 @@ async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>) {
         }
         match written {
             Ok(()) => {
-                if let Err(e) = compact(&shared, &slot, &mut known, snap.seq).await {
+                if let Err(e) = Box::pin(compact(&shared, &slot, &mut known, snap.seq)).await {
                     tracing::warn!(actor = %shared.actor, seq = snap.seq, error = %e, "compaction after a snapshot failed; the next one retries");
                 }
             }

@@ -14,9 +14,9 @@
 //! Journals and temp files (which `journal_mode=MEMORY` and
 //! `temp_store=MEMORY` should never ask for) get an anonymous untracked file.
 //!
-//! Pages are `Arc`s so that a change set or a snapshot image is a list of
-//! reference-count bumps, not copies: a later write copies the page first
-//! (`Arc::make_mut`, copy on write).
+//! Pages are kept without their longest run of zeros ([`PageData`]), and
+//! shared (`Arc`) so that a change set or a snapshot image is a list of
+//! reference-count bumps, not copies: a write makes a new page.
 //!
 //! Safety: the callbacks below are the only `unsafe` code of the crate. Each
 //! dereferences pointers SQLite hands us under SQLite's documented contract
@@ -29,11 +29,22 @@ use std::sync::{Arc, LazyLock, Once};
 use parking_lot::Mutex;
 use rusqlite::ffi;
 
+use crate::page::PageData;
+
 /// Bytes per page, for SQLite (`PRAGMA page_size`) and for our storage.
 pub const PAGE_BYTES: usize = 4096;
 
 /// One page of the database file.
 pub type Page = [u8; PAGE_BYTES];
+
+/// A page shared by the working copy, change sets and snapshot images.
+pub type SharedPage = Arc<PageData>;
+
+/// A page of zeros (one, shared).
+pub fn zero_page() -> SharedPage {
+    static ZEROS: LazyLock<SharedPage> = LazyLock::new(|| Arc::new(PageData::zeroed()));
+    Arc::clone(&ZEROS)
+}
 
 /// The name the VFS is registered under.
 pub const VFS_NAME: &CStr = c"wasmkeep-mem";
@@ -44,7 +55,7 @@ const PATHNAME_BYTES_MAX: c_int = 512;
 /// One database file, shared between the store and SQLite's open handle.
 #[derive(Debug, Default)]
 pub struct MemFile {
-    pages: Vec<Arc<Page>>,
+    pages: Vec<SharedPage>,
     size_bytes: u64,
     /// Only the main database file records what was written.
     tracked: bool,
@@ -52,7 +63,7 @@ pub struct MemFile {
     /// version each had before its first write (None: it did not exist).
     /// The old version lets a collection drop pages rewritten with the same
     /// bytes (a rolled-back transaction restores pages it had spilled).
-    before: BTreeMap<u32, Option<Arc<Page>>>,
+    before: BTreeMap<u32, Option<SharedPage>>,
     /// Size in bytes at the last collection.
     size_at_collection: u64,
 }
@@ -60,7 +71,7 @@ pub struct MemFile {
 /// What one collection found: the pages whose bytes changed, and the size.
 #[derive(Debug, Default)]
 pub struct Changes {
-    pub pages: Vec<(u32, Arc<Page>)>,
+    pub pages: Vec<(u32, SharedPage)>,
     pub db_pages: u32,
     /// True when the size changed even if no page did (a truncate).
     pub size_changed: bool,
@@ -76,7 +87,7 @@ pub type SharedFile = Arc<Mutex<MemFile>>;
 
 impl MemFile {
     /// A tracked main database file with the given pages (a restored image).
-    pub fn with_pages(pages: Vec<Arc<Page>>) -> Self {
+    pub fn with_pages(pages: Vec<SharedPage>) -> Self {
         let size_bytes = (pages.len() * PAGE_BYTES) as u64;
         Self {
             pages,
@@ -97,7 +108,7 @@ impl MemFile {
     }
 
     /// The whole file as shared pages (for a snapshot).
-    pub fn image(&self) -> Vec<Arc<Page>> {
+    pub fn image(&self) -> Vec<SharedPage> {
         let n = self.db_pages() as usize;
         self.pages.iter().take(n).cloned().collect()
     }
@@ -122,7 +133,7 @@ impl MemFile {
             let now = &self.pages[idx as usize];
             let same = old
                 .as_ref()
-                .is_some_and(|old| Arc::ptr_eq(old, now) || old[..] == now[..]);
+                .is_some_and(|old| Arc::ptr_eq(old, now) || old == now);
             if !same {
                 pages.push((idx, Arc::clone(now)));
             }
@@ -160,7 +171,7 @@ impl MemFile {
         let n = size_bytes.div_ceil(PAGE_BYTES as u64) as usize;
         self.pages.truncate(n);
         while self.pages.len() < n {
-            self.pages.push(Arc::new([0; PAGE_BYTES]));
+            self.pages.push(zero_page());
         }
         self.size_bytes = size_bytes;
     }
@@ -184,9 +195,16 @@ impl MemFile {
             let n = (PAGE_BYTES - start).min(src.len());
             self.note_write(idx);
             while self.pages.len() <= idx {
-                self.pages.push(Arc::new([0; PAGE_BYTES]));
+                self.pages.push(zero_page());
             }
-            Arc::make_mut(&mut self.pages[idx])[start..start + n].copy_from_slice(&src[..n]);
+            let page = if n == PAGE_BYTES {
+                PageData::new(src[..n].try_into().expect("a whole page"))
+            } else {
+                let mut page = self.pages[idx].to_page();
+                page[start..start + n].copy_from_slice(&src[..n]);
+                PageData::new(&page)
+            };
+            self.pages[idx] = Arc::new(page);
             src = &src[n..];
             pos += n as u64;
         }
@@ -208,7 +226,7 @@ impl MemFile {
             let start = (pos % PAGE_BYTES as u64) as usize;
             let avail = (self.size_bytes - pos).min((PAGE_BYTES - start) as u64) as usize;
             let n = avail.min(out.len() - done);
-            out[done..done + n].copy_from_slice(&self.pages[idx][start..start + n]);
+            self.pages[idx].read(start, &mut out[done..done + n]);
             done += n;
             pos += n as u64;
         }
@@ -587,7 +605,7 @@ mod tests {
         f.write(&[3; 10], PAGE_BYTES as u64 + 5);
         let c = f.take_changes();
         assert_eq!(c.pages.iter().map(|p| p.0).collect::<Vec<_>>(), vec![1]);
-        assert_eq!(c.pages[0].1[5], 3);
+        assert_eq!(c.pages[0].1.to_page()[5], 3);
     }
 
     #[test]
@@ -609,7 +627,7 @@ mod tests {
         f.write(&[2; PAGE_BYTES], PAGE_BYTES as u64);
         f.undo_since_collection();
         assert_eq!(f.db_pages(), 1);
-        assert_eq!(f.pages[0][0], 1);
+        assert_eq!(f.pages[0].to_page()[0], 1);
         assert!(f.take_changes().is_empty());
     }
 }
