@@ -4,7 +4,7 @@
 //! the actor over (hibernation, shutdown, a broken store).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -80,6 +80,9 @@ struct Active {
     /// a slot the size of a `Release` would cost every resident actor ~5 KiB.
     release_tx: mpsc::Sender<Box<Release>>,
     releaser: tokio::task::JoinHandle<()>,
+    /// Releases sent to the releaser and not yet delivered: while none
+    /// are, an event whose gate is open is delivered by the mailbox itself.
+    releasing: Arc<AtomicUsize>,
     /// Set when the actor leaves for a move: told how the hand-over went.
     move_reply: Option<crate::moves::MoveReply>,
     /// Jobs run since the activation, counted up to 2: after only one, the
@@ -216,7 +219,13 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
         node.timer.follow(actor, Some(at_ms));
     }
     let (release_tx, release_rx) = mpsc::channel(node.config.limits.mailbox_events_max);
-    let releaser = tokio::spawn(releaser(Arc::clone(node), Arc::clone(stub), release_rx));
+    let releasing = Arc::new(AtomicUsize::new(0));
+    let releaser = tokio::spawn(releaser(
+        Arc::clone(node),
+        Arc::clone(stub),
+        release_rx,
+        Arc::clone(&releasing),
+    ));
     node.metrics.activations.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(%actor, "activated");
     Ok(Active {
@@ -224,6 +233,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
         hold,
         release_tx,
         releaser,
+        releasing,
         move_reply: None,
         jobs_run: 0,
     })
@@ -267,58 +277,72 @@ fn fail_job(node: &Arc<Node>, job: Job, error: &Error) {
 
 /// Releases responses and socket writes in event order, each once its
 /// output gate opens.
-async fn releaser(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Box<Release>>) {
-    while let Some(release) = rx.recv().await {
-        let durable = release.gate.await;
-        // A record that became durable only after this node's lease ran out
-        // may have landed after another node took the actor over and
-        // restored it without that record (the store fences a late record
-        // only at the new owner's next write): it is not acknowledged, and
-        // the actor is dropped. (Found by the simulation, seeds 4097 and
-        // 5019 of move_under_concurrent_events_with_an_alarm_due: an
-        // acknowledged alarm the new owner never saw.)
-        let durable = match durable {
-            Ok(()) if stub.is_fenced() || !node.lease.is_valid() => {
-                Err("it became durable after this node's lease ran out".to_owned())
+async fn releaser(
+    node: Arc<Node>,
+    stub: Arc<Stub>,
+    mut rx: mpsc::Receiver<Box<Release>>,
+    releasing: Arc<AtomicUsize>,
+) {
+    while let Some(mut release) = rx.recv().await {
+        let durable = (&mut release.gate).await;
+        deliver(&node, &stub, *release, durable);
+        // After the delivery: the mailbox delivers an open event itself
+        // only once every earlier one is out.
+        releasing.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Sends an event's response and socket messages once its gate opened
+/// (`durable`), or fails them and drops the actor.
+fn deliver(node: &Node, stub: &Stub, release: Release, durable: wasmkeep_store::Result<()>) {
+    // A record that became durable only after this node's lease ran out
+    // may have landed after another node took the actor over and
+    // restored it without that record (the store fences a late record
+    // only at the new owner's next write): it is not acknowledged, and
+    // the actor is dropped. (Found by the simulation, seeds 4097 and
+    // 5019 of move_under_concurrent_events_with_an_alarm_due: an
+    // acknowledged alarm the new owner never saw.)
+    let durable = match durable {
+        Ok(()) if stub.is_fenced() || !node.lease.is_valid() => {
+            Err("it became durable after this node's lease ran out".to_owned())
+        }
+        Ok(()) => Ok(()),
+        Err(e) => {
+            if matches!(e, wasmkeep_store::Error::Fenced { .. }) {
+                node.metrics.store_fenced.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(()) => Ok(()),
-            Err(e) => {
-                if matches!(e, wasmkeep_store::Error::Fenced { .. }) {
-                    node.metrics.store_fenced.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e.to_string())
-            }
-        };
-        match durable {
-            Ok(()) => {
-                if !release.sends.is_empty() {
-                    let sockets = stub.sockets.lock();
-                    for (id, out) in release.sends {
-                        if let Some(entry) = sockets.sockets.get(&id)
-                            && entry.tx.try_send(out).is_err()
-                        {
-                            tracing::warn!(actor = %stub.id, socket = id, "socket outbox full; message dropped");
-                        }
+            Err(e.to_string())
+        }
+    };
+    match durable {
+        Ok(()) => {
+            if !release.sends.is_empty() {
+                let sockets = stub.sockets.lock();
+                for (id, out) in release.sends {
+                    if let Some(entry) = sockets.sockets.get(&id)
+                        && entry.tx.try_send(out).is_err()
+                    {
+                        tracing::warn!(actor = %stub.id, socket = id, "socket outbox full; message dropped");
                     }
                 }
-                if let Some((reply, response)) = release.reply {
-                    let _ = reply.send(Ok(response));
-                }
             }
-            Err(e) => {
-                tracing::warn!(actor = %stub.id, error = %e, "output gate failed; dropping the actor");
-                if let Some((reply, _)) = release.reply {
-                    let _ = reply.send(Err(Error::unavailable(format!(
-                        "the write was not acknowledged: {e}"
-                    ))));
-                }
-                stub.mark_broken();
+            if let Some((reply, response)) = release.reply {
+                let _ = reply.send(Ok(response));
             }
         }
-        node.metrics
-            .event_latency
-            .observe(release.started.elapsed());
+        Err(e) => {
+            tracing::warn!(actor = %stub.id, error = %e, "output gate failed; dropping the actor");
+            if let Some((reply, _)) = release.reply {
+                let _ = reply.send(Err(Error::unavailable(format!(
+                    "the write was not acknowledged: {e}"
+                ))));
+            }
+            stub.mark_broken();
+        }
     }
+    node.metrics
+        .event_latency
+        .observe(release.started.elapsed());
 }
 
 /// Switches to the newest loaded version of the class at an event boundary.
@@ -456,6 +480,15 @@ async fn commit(
                 sends,
                 started,
             };
+            // An event that wrote nothing and saw only durable data, with
+            // no earlier event's output still held back: out at once,
+            // without the releaser task in between (WebSocket echoes,
+            // reads).
+            if release.gate.is_open() && active.releasing.load(Ordering::Acquire) == 0 {
+                deliver(node, stub, release, Ok(()));
+                return;
+            }
+            active.releasing.fetch_add(1, Ordering::Relaxed);
             if active.release_tx.send(Box::new(release)).await.is_err() {
                 stub.mark_broken();
             }
@@ -629,6 +662,7 @@ async fn hand_over(
         hold,
         release_tx,
         releaser,
+        releasing: _,
         move_reply,
         jobs_run: _,
     } = active;

@@ -141,21 +141,26 @@ impl Shared {
 /// Resolves when every write up to and including its event is durable
 /// (`Ok`), or when the record holding them failed (`Err`).
 pub struct OutputGate {
-    inner: BoxFuture<'static, Result<()>>,
+    /// `None`: open from the start.
+    inner: Option<BoxFuture<'static, Result<()>>>,
 }
 
 impl OutputGate {
     fn ready() -> Self {
-        Self {
-            inner: Box::pin(std::future::ready(Ok(()))),
-        }
+        Self { inner: None }
+    }
+
+    /// Whether the gate was open when the event committed: the event wrote
+    /// nothing, and everything it could have read was durable already.
+    pub fn is_open(&self) -> bool {
+        self.inner.is_none()
     }
 
     fn waiting(shared: &Arc<Shared>, target: u64) -> Self {
         let mut rx = shared.progress.subscribe();
         let shared = Arc::clone(shared);
         Self {
-            inner: Box::pin(async move {
+            inner: Some(Box::pin(async move {
                 loop {
                     {
                         let p = rx.borrow_and_update();
@@ -172,7 +177,7 @@ impl OutputGate {
                         return Err(Error::Closed);
                     }
                 }
-            }),
+            })),
         }
     }
 }
@@ -180,7 +185,10 @@ impl OutputGate {
 impl Future for OutputGate {
     type Output = Result<()>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+        match &mut self.inner {
+            None => Poll::Ready(Ok(())),
+            Some(inner) => inner.as_mut().poll(cx),
+        }
     }
 }
 

@@ -123,11 +123,18 @@ async fn read_only_events_write_nothing_and_are_ready_at_once() {
         assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 1);
         let gate = s.commit_event().unwrap();
         assert!(
+            gate.is_open(),
+            "a read with nothing pending is open at once"
+        );
+        assert!(
             matches!(gate.now_or_never(), Some(Ok(()))),
             "a read with nothing pending waits for nothing"
         );
     }
     assert_eq!(bucket.puts(), puts, "read-only events wrote to the bucket");
+    let write = event(&mut s, &["INSERT INTO t VALUES (2)"]);
+    assert!(!write.is_open(), "a write's gate waits for its record");
+    write.await.unwrap();
 }
 
 #[tokio::test]
@@ -140,6 +147,7 @@ async fn a_read_waits_for_the_pending_write_it_may_have_seen() {
     s.begin_event().unwrap();
     assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 1);
     let mut read = s.commit_event().unwrap();
+    assert!(!read.is_open(), "the read saw a write that is not durable");
     bucket.log_puts_entered(1).await;
     assert!(
         (&mut read).now_or_never().is_none(),
