@@ -372,8 +372,10 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, job: J
     node.metrics.events.fetch_add(1, Ordering::Relaxed);
     let instance = &mut active.instance;
     let alarm_before = host(instance).store.alarm();
-    if let Err(e) = host(instance).store.begin_event() {
-        tracing::warn!(actor = %stub.id, error = %e, "begin_event failed; dropping the actor");
+    // The transaction begins with the event's first statement (a WebSocket
+    // echo never opens one).
+    if let Err(e) = host(instance).store.check_usable() {
+        tracing::warn!(actor = %stub.id, error = %e, "the store is unusable; dropping the actor");
         fail_job(node, job, &Error::Store(e.to_string()));
         stub.mark_broken();
         return;

@@ -411,6 +411,10 @@ async fn websocket_round_trip_close_event_and_1012_on_shutdown() {
             .unwrap();
     echo.send(Message::text("hello")).await.unwrap();
     assert_eq!(echo.next().await.unwrap().unwrap(), Message::text("hello"));
+    // A message many times the node's 8 KiB read buffer arrives whole.
+    let large: Vec<u8> = (0..300 * 1024).map(|i| (i % 251) as u8).collect();
+    echo.send(Message::binary(large.clone())).await.unwrap();
+    assert_eq!(echo.next().await.unwrap().unwrap(), Message::binary(large));
     let addr = server.addr.clone();
     let listed = tokio::task::spawn_blocking({
         let addr = addr.clone();

@@ -455,7 +455,10 @@ impl ActorStore {
         restore::alarm(&*bucket, keys, actor).await
     }
 
-    fn check_usable(&self) -> Result<()> {
+    /// Whether the store can still take events: not fenced, not broken.
+    /// An event's transaction begins at its first statement (or alarm
+    /// change), so an event that touches no data costs SQLite nothing.
+    pub fn check_usable(&self) -> Result<()> {
         if let Some(reason) = &self.local_failure {
             return Err(Error::Broken {
                 actor: self.shared.actor.clone(),
