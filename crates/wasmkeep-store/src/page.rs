@@ -131,6 +131,26 @@ pub fn longest_zero_run(page: &Page) -> (usize, usize) {
     (best_start, best_len)
 }
 
+/// Pages with a few non-zero bytes at pseudo-random places, 0 to 39 of
+/// them (a fixed LCG: the same pages every run).
+#[cfg(test)]
+pub(crate) fn sample_pages() -> Vec<Page> {
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = || {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (x >> 33) as usize
+    };
+    (0..200)
+        .map(|round| {
+            let mut page: Page = [0; PAGE_BYTES];
+            for _ in 0..round % 40 {
+                page[next() % PAGE_BYTES] = (next() % 255 + 1) as u8;
+            }
+            page
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,18 +201,8 @@ mod tests {
 
     #[test]
     fn the_gap_is_always_zeros_and_pages_read_back_whole() {
-        // Pages with a few non-zero bytes at pseudo-random places (a fixed
-        // LCG: the same pages every run).
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = || {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            (x >> 33) as usize
-        };
-        for round in 0..200 {
-            let mut page: Page = [0; PAGE_BYTES];
-            for _ in 0..round % 40 {
-                page[next() % PAGE_BYTES] = (next() % 255 + 1) as u8;
-            }
+        for (round, page) in sample_pages().iter().enumerate() {
+            let page = *page;
             let (start, len) = longest_zero_run(&page);
             assert!(start + len <= PAGE_BYTES);
             assert!(

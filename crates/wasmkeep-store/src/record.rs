@@ -378,18 +378,8 @@ mod tests {
 
     #[test]
     fn pages_of_every_shape_read_back_whole_in_their_canonical_form() {
-        // Pages with a few non-zero bytes at pseudo-random places (a fixed
-        // LCG: the same pages every run).
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = || {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            (x >> 33) as usize
-        };
-        for round in 0..200 {
-            let mut page: Page = [0; PAGE_BYTES];
-            for _ in 0..round % 40 {
-                page[next() % PAGE_BYTES] = (next() % 255 + 1) as u8;
-            }
+        for (round, page) in crate::page::sample_pages().iter().enumerate() {
+            let page = *page;
             let data = PageData::new(&page);
             let bytes = encode(&header(1, 1), [(0u32, &data)].into_iter());
             let back = &decode(&bytes).unwrap().pages[0].1;
