@@ -1891,6 +1891,16 @@ impl Committer {
                 flock(self.lock_file(stripe)?, libc::LOCK_EX)?;
                 locked.push(stripe);
             }
+            // Every counter's block asked for at once: read one after the
+            // other, stripe files that left the page cache cost a disk read
+            // each in turn, ~12-15 ms on the first batch after a start
+            // (the first answer waits for it).
+            for file in self.locks.iter().flatten() {
+                // SAFETY: an open descriptor of ours; advice changes no data.
+                unsafe {
+                    libc::posix_fadvise(file.as_raw_fd(), 0, 8, libc::POSIX_FADV_WILLNEED);
+                }
+            }
             let mut highest = 0u64;
             for file in self.locks.iter().flatten() {
                 highest = highest.max(read_u64(file, 0)?.unwrap_or(0));
