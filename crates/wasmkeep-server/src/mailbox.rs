@@ -28,14 +28,13 @@ pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
 
 pub(crate) type Reply = oneshot::Sender<Result<Response>>;
 
-/// One unit of work for an actor. A mailbox's channel carries it boxed: the
-/// channel allocates room for 32 jobs up front, and 32 jobs of ~80 bytes
-/// inline held 2.7 KiB per resident actor (ADR 0038).
+/// One unit of work for an actor. A mailbox's channel carries it boxed (one
+/// allocation per job, the request inside it): the channel allocates room for
+/// 32 jobs up front, and jobs inline held 2.7 KiB per resident actor
+/// (ADR 0038).
 pub(crate) enum Job {
     Request {
-        /// Boxed: a request inline made each job 152 bytes, and a job
-        /// that carries another kind of event would be as large.
-        request: Box<Request>,
+        request: Request,
         /// The actors waiting on this event, the target last.
         chain: Vec<ActorId>,
         reply: Option<Reply>,
@@ -393,7 +392,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, job: J
                 started,
             } => {
                 host(instance).chain = chain;
-                let result = instance.handle(*request).await;
+                let result = instance.handle(request).await;
                 (
                     result.map(Some).map_err(|e| event_error(node, &e)),
                     reply,

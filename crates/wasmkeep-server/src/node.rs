@@ -756,7 +756,7 @@ impl Node {
         /// is sent once more instead of failing the client.
         const HAND_BACK_COPY_BYTES_MAX: usize = 64 * 1024;
         let mut job = Box::new(Job::Request {
-            request: Box::new(request),
+            request,
             chain,
             reply: None,
             started: Instant::now(),
@@ -812,7 +812,7 @@ impl Node {
                         actor,
                         &peer,
                         &url,
-                        *request,
+                        request,
                         chain,
                         hop.clone(),
                     )
