@@ -15,8 +15,8 @@ use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
+use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::{Error, Result, free_port, io_error};
 
@@ -26,6 +26,10 @@ pub const S3_SECRET_KEY: &str = "wasmkeep-test-secret";
 pub const S3_REGION: &str = "us-east-1";
 /// Longest wait for the server to answer S3 requests on its bucket.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(90);
+/// Longest wait for one step of a readiness probe.
+const PROBE_STEP_TIMEOUT: Duration = Duration::from_secs(5);
+/// The object the readiness probe writes and deletes again.
+const READY_PROBE_KEY: &str = "wasmkeep-testkit-ready-probe";
 /// Pause between two readiness probes.
 const READY_POLL_PERIOD: Duration = Duration::from_millis(100);
 /// Attempts at starting when a port was taken between picking and binding.
@@ -340,8 +344,49 @@ impl Drop for SeaweedFs {
     }
 }
 
-/// Polls until the S3 port accepts connections and the bucket answers a
-/// signed listing, the child exits, or [`STARTUP_TIMEOUT`] passes.
+/// One readiness probe: a signed listing, then a write, a read and a delete
+/// of one object. A listing alone is not enough: it answers as soon as the
+/// filer does, while a write also needs a volume server that has joined the
+/// master, and a write issued before that waits (up to the client's 30 s
+/// timeout per request) instead of failing.
+async fn probe_bucket(store: &object_store::aws::AmazonS3) -> std::result::Result<(), String> {
+    let step = |what: &'static str| {
+        move |e: tokio::time::error::Elapsed| format!("{what} timed out after {e}")
+    };
+    let mut listing = store.list(None);
+    match tokio::time::timeout(PROBE_STEP_TIMEOUT, listing.next())
+        .await
+        .map_err(step("listing"))?
+    {
+        None | Some(Ok(_)) => {}
+        Some(Err(e)) => return Err(format!("listing: {e}")),
+    }
+    let path = object_store::path::Path::from(READY_PROBE_KEY);
+    tokio::time::timeout(
+        PROBE_STEP_TIMEOUT,
+        store.put(&path, object_store::PutPayload::from_static(b"ready")),
+    )
+    .await
+    .map_err(step("write"))?
+    .map_err(|e| format!("write: {e}"))?;
+    let read = tokio::time::timeout(PROBE_STEP_TIMEOUT, async {
+        store.get(&path).await?.bytes().await
+    })
+    .await
+    .map_err(step("read"))?
+    .map_err(|e| format!("read: {e}"))?;
+    if read.as_ref() != b"ready" {
+        return Err(format!("read back {} bytes, not the probe's", read.len()));
+    }
+    tokio::time::timeout(PROBE_STEP_TIMEOUT, store.delete(&path))
+        .await
+        .map_err(step("delete"))?
+        .map_err(|e| format!("delete: {e}"))
+}
+
+/// Polls until the S3 port accepts connections and the bucket takes a
+/// write and gives it back ([`probe_bucket`]), the child exits, or
+/// [`STARTUP_TIMEOUT`] passes.
 fn wait_ready(
     child: &mut Child,
     port: u16,
@@ -377,14 +422,7 @@ fn wait_ready(
             return Err(not_ready(format!("weed exited early with {status}")));
         }
         if TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok() {
-            let probe = runtime.block_on(async {
-                let mut listing = store.list(None);
-                match tokio::time::timeout(Duration::from_secs(5), listing.next()).await {
-                    Ok(None | Some(Ok(_))) => Ok(()),
-                    Ok(Some(Err(e))) => Err(e.to_string()),
-                    Err(_) => Err("listing timed out".to_owned()),
-                }
-            });
+            let probe = runtime.block_on(probe_bucket(&store));
             match probe {
                 Ok(()) => return Ok(()),
                 Err(e) => last = e,
