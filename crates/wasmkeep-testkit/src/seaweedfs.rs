@@ -6,6 +6,7 @@
 //! (by pid, through the keeper) and removes its data folder; the shared
 //! instance is stopped the same way by an `atexit` hook.
 
+use std::hash::BuildHasher;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
@@ -18,7 +19,7 @@ use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use crate::{Error, Result, free_port, io_error};
+use crate::{Error, Result, io_error};
 
 /// Test credentials written into the server's `s3.json`.
 pub const S3_ACCESS_KEY: &str = "wasmkeep-test";
@@ -98,18 +99,32 @@ fn kill_pid(pid: u32) {
     }
 }
 
-/// Four ports `p` with `p` and `p + 10000` both free (HTTP and gRPC).
+/// The lowest HTTP port [`port_pairs`] picks.
+const PICKED_PORT_MIN: u16 = 10_000;
+/// One past the highest gRPC port [`port_pairs`] picks: Linux hands out
+/// ephemeral ports (the local side of outgoing connections) from 32768 up.
+const PICKED_PORT_END: u16 = 32_768;
+
+/// `count` ports `p` with `p` and `p + 10000` both free (HTTP and gRPC).
+///
+/// They come from below the ephemeral range, not from binding port 0: a
+/// port the kernel handed out as ephemeral can be handed out again as the
+/// local side of an outgoing connection, and weed's own components connect
+/// to each other while it starts them one by one. A volume server whose
+/// port was taken that way never joins, and every write waits forever.
 fn port_pairs(count: usize) -> Result<Vec<u16>> {
+    let span = PICKED_PORT_END - GRPC_PORT_OFFSET - PICKED_PORT_MIN;
+    let seed = std::collections::hash_map::RandomState::new();
     let mut ports = Vec::with_capacity(count);
     let mut held = Vec::new(); // keep them bound until all are chosen
-    for _ in 0..count * 200 {
+    for attempt in 0..count * 200 {
         if ports.len() == count {
             break;
         }
-        let port = free_port()?;
-        let Some(grpc) = port.checked_add(GRPC_PORT_OFFSET) else {
-            continue;
-        };
+        let offset = u16::try_from(seed.hash_one(attempt) % u64::from(span))
+            .expect("the offset is below span, a u16");
+        let port = PICKED_PORT_MIN + offset;
+        let grpc = port + GRPC_PORT_OFFSET;
         if ports.contains(&port) || ports.contains(&grpc) {
             continue;
         }
