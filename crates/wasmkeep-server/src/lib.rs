@@ -22,7 +22,8 @@
 //! - [`classes`]: deploy and the class poll. [`metrics`], [`counting`]: Prometheus.
 //! - [`guest`]: the guest runtime behind traits (wasmtime in production);
 //!   [`peer`]: outgoing node calls behind a trait (HTTP in production).
-//! - [`cli`]: the command line.
+//! - [`cli`]: the command line; [`descriptors`]: the open-file limit and the
+//!   descriptor table, prepared at start.
 //!
 //! Invariants: an actor's events never overlap (only its mailbox task touches
 //! its instance and store); a response or socket write leaves the node only
@@ -36,6 +37,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod counting;
+pub mod descriptors;
 pub mod drain;
 pub mod error;
 pub mod guest;

@@ -29,8 +29,16 @@ fn main() -> std::process::ExitCode {
     // SAFETY: mimalloc's options are plain integers; setting one is
     // thread-safe and valid at any time.
     unsafe { mi_option_set_default(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
+    // While the process has one thread (docs: the module).
+    let descriptors = wasmkeep_server::descriptors::prepare();
     let cli = wasmkeep_server::cli::Cli::parse();
     wasmkeep_server::cli::init_logging(cli.log_format);
+    tracing::debug!(
+        limit_before = descriptors.limit_before,
+        limit = descriptors.limit,
+        table_slots = descriptors.table_slots,
+        "open-file limit raised and descriptor table grown"
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
