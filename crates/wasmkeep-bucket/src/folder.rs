@@ -1719,6 +1719,7 @@ impl Arrivals {
 
 impl Committer {
     fn run(mut self, mut receiver: mpsc::Receiver<WriteRequest>) {
+        self.reserve_at_start();
         let mut arrivals = Arrivals::default();
         while let Some(first) = arrivals.next(&mut receiver) {
             self.polling
@@ -1858,6 +1859,27 @@ impl Committer {
         for (request, answer) in batch.into_iter().zip(answers) {
             // The caller may have gone away; the write stands anyway.
             let _ = request.reply.send(answer);
+        }
+    }
+
+    /// Alone on the folder at start: reserves the first block of orders now,
+    /// while the process is still starting, so that its first write (a
+    /// node's first lease write, which its first answer waits for) does not
+    /// wait for it. On failure the first batch alone tries again.
+    fn reserve_at_start(&mut self) {
+        let Some(solo) = &self.solo else {
+            return;
+        };
+        let alone = Arc::clone(&solo.alone);
+        let alone = alone.lock();
+        if !*alone || self.journal.is_none() || !self.solo_orders.is_empty() {
+            return;
+        }
+        match self.reserve_solo_orders() {
+            Ok(orders) => self.solo_orders = orders,
+            Err(e) => {
+                tracing::warn!(error = %e, "folder bucket: reserving orders at start failed; the first batch tries again");
+            }
         }
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use wasmkeep_bucket::Bucket;
 use wasmkeep_runtime::Runtime;
@@ -118,9 +119,12 @@ pub async fn load(
 }
 
 /// Loads every class whose current version differs from the loaded one.
-/// A class that fails to load keeps serving its previous version.
+/// A class that fails to load keeps serving its previous version. The
+/// loads run side by side, one per core (each deserializes or compiles on a
+/// blocking thread): a starting node serves once all are loaded.
 pub async fn poll(node: &Arc<Node>) -> Result<()> {
     let metas = node.bucket.list(&node.keys.classes_prefix()).await?;
+    let mut changed = Vec::new();
     for meta in metas {
         let Some(class) = node.keys.parse_class_current_key(&meta.key) else {
             continue;
@@ -137,7 +141,21 @@ pub async fn poll(node: &Arc<Node>) -> Result<()> {
         if node.class_digest(&class).as_deref() == Some(digest.as_str()) {
             continue;
         }
-        match load(&*node.bucket, &node.keys, &*node.guest, &class, &digest).await {
+        changed.push((class, digest));
+    }
+    // As many at once as there are cores: a first start compiles every
+    // class, and each compile holds its own working memory.
+    let side_by_side = std::thread::available_parallelism().map_or(1, usize::from);
+    let loads: Vec<_> = changed
+        .iter()
+        .map(|(class, digest)| load(&*node.bucket, &node.keys, &*node.guest, class, digest))
+        .collect();
+    let loaded: Vec<_> = futures::stream::iter(loads)
+        .buffered(side_by_side)
+        .collect()
+        .await;
+    for ((class, digest), loaded) in changed.into_iter().zip(loaded) {
+        match loaded {
             Ok(component) => {
                 tracing::info!(%class, %digest, from_cache = component.was_cached(), "class version loaded");
                 node.metrics.class_loads.fetch_add(1, Ordering::Relaxed);
