@@ -1229,14 +1229,12 @@ fn read_at_most(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
     Ok(done)
 }
 
-/// The last entry for each key (by order) of a gone journal past `durable`,
-/// where that entry is young: in solo mode nobody else wrote those keys
-/// meanwhile. A later entry that is not young (written after the process
-/// left solo mode) was in place as a file when it was answered.
-fn young_entries(journal: &File, durable: u64) -> io::Result<Vec<Decoded>> {
-    let mut last = HashMap::new();
-    keep_last(&mut last, decoded_regions(journal)?, durable);
-    Ok(last.into_values().filter(|entry| entry.young).collect())
+/// Of each key's last entry (see [`keep_last`]), those that are young: in
+/// solo mode nobody else wrote those keys meanwhile. A later entry that is
+/// not young (written after its process left solo mode, or by a process
+/// that never was alone) was in place as a file when it was answered.
+fn young_only(last: HashMap<String, Decoded>) -> Vec<Decoded> {
+    last.into_values().filter(|entry| entry.young).collect()
 }
 
 /// Keeps in `last`, for each key, its last entry (by order, then position
@@ -1307,13 +1305,23 @@ fn recover(
         }
         // A journal written alone on the folder (ADR 0034) holds objects
         // that never became files: put them in place now, before this
-        // process serves. Only marked journals are read.
-        let mut young = 0usize;
-        for (path, journal) in &dead {
-            if young_marker(path).is_some_and(|m| m.exists()) {
-                young += replay_young(root, young_entries(journal, durable)?)?;
+        // process serves. Only when some journal is marked are journals
+        // read, and then all of them, each key's last entry taken across
+        // all (by batch order): writers killed in turn leave one journal
+        // each until a checkpoint, and the newest write of a key may be in
+        // any of them, young or already in place.
+        let marked = dead
+            .iter()
+            .any(|(path, _)| young_marker(path).is_some_and(|m| m.exists()));
+        let young = if marked {
+            let mut last = HashMap::new();
+            for (_, journal) in &dead {
+                keep_last(&mut last, decoded_regions(journal)?, durable);
             }
-        }
+            replay_young(root, young_only(last))?
+        } else {
+            0
+        };
         if young > 0 {
             tracing::info!(
                 objects = young,

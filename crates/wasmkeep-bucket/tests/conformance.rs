@@ -1006,6 +1006,46 @@ async fn folder_journal_of_a_killed_process_survives_a_reboot_before_the_next_ch
     Ok(())
 }
 
+/// Writers alone on the folder die one after the other before any
+/// checkpoint, all in one boot, each after writing the same key: every
+/// dead journal stays until a checkpoint, so the last opener finds them
+/// all, and it must apply each key's last young entry across all of them
+/// (by batch order), not journal by journal in the folder's listing order.
+/// Journal by journal, the newest write loses unless its journal happens
+/// to come last in the listing (one chance in eight here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_journals_of_writers_killed_in_turn_keep_the_newest_write() -> anyhow::Result<()> {
+    const WRITERS: usize = 8;
+    let (dir, root) = folder_of_boot_one()?;
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        for writer in 0..WRITERS {
+            let mut w = Writer::start(&root)?;
+            w.run(&format!("put r/shared w{writer}"))?;
+            w.run(&format!("put r/own-{writer} w{writer}"))?;
+            w.kill_9()?;
+        }
+        ensure!(
+            journals(&root)? == WRITERS,
+            "every killed writer's journal stays until a checkpoint"
+        );
+        Ok(())
+    })
+    .await??;
+    let bucket =
+        wasmkeep_bucket::FolderBucket::open_with(dir.path(), crash_before_checkpoint(BOOT_ONE))?;
+    let newest = format!("w{}", WRITERS - 1);
+    let shared = bucket.get("r/shared").await?.bytes;
+    ensure!(
+        shared == newest.as_bytes(),
+        "r/shared holds {:?}, not the last writer's {newest:?}",
+        String::from_utf8_lossy(&shared)
+    );
+    for writer in 0..WRITERS {
+        ensure!(bucket.get(&format!("r/own-{writer}")).await?.bytes == format!("w{writer}"));
+    }
+    Ok(())
+}
+
 /// More journaled bytes than the journal holds: the committer checkpoints
 /// and starts over, and every write stays readable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
