@@ -1872,7 +1872,7 @@ impl Committer {
         };
         let alone = Arc::clone(&solo.alone);
         let alone = alone.lock();
-        if !*alone || self.journal.is_none() || !self.solo_orders.is_empty() {
+        if !*alone || self.journal.is_none() {
             return;
         }
         match self.reserve_solo_orders() {
@@ -1915,8 +1915,8 @@ impl Committer {
             }
             // Every counter's block asked for at once: read one after the
             // other, stripe files that left the page cache cost a disk read
-            // each in turn, ~12-15 ms on the first batch after a start
-            // (the first answer waits for it).
+            // each in turn, ~12-15 ms of a node's start (see
+            // `reserve_at_start`).
             for file in self.locks.iter().flatten() {
                 // SAFETY: an open descriptor of ours; advice changes no data.
                 unsafe {

@@ -95,19 +95,19 @@ fn grow_table(slots: u64) -> u64 {
     slots
 }
 
-/// Slots in this process's descriptor table now (`FDSize` in
-/// `/proc/self/status`); `None` where that is not readable.
-pub fn table_slots_now() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("FDSize:"))
-        .and_then(|value| value.trim().parse().ok())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Slots in this process's descriptor table now (`FDSize` in
+    /// `/proc/self/status`).
+    fn table_slots_now() -> Option<u64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("FDSize:"))
+            .and_then(|value| value.trim().parse().ok())
+    }
 
     #[test]
     fn prepare_raises_the_soft_limit_and_grows_the_table() {
