@@ -197,6 +197,10 @@ pub struct FolderOptions {
     /// (default [`SOLO_WAIT_MAX`]).
     #[doc(hidden)]
     pub solo_wait_max: Option<Duration>,
+    /// Tests: alone, never answer a knock (another opener waits until this
+    /// process is gone), to test an opener that outlives the solo process.
+    #[doc(hidden)]
+    pub deaf_to_knocks: bool,
 }
 
 /// The `file://` bucket. Cheap to share behind an `Arc`; dropping it stops
@@ -246,13 +250,25 @@ struct Solo {
 impl Solo {
     fn start(
         root: &Arc<PathBuf>,
-        journal: &Journal,
+        journal: &mut Journal,
         wait_max: Duration,
         never: bool,
+        deaf: bool,
     ) -> io::Result<Solo> {
         let wal = root.join(JOURNAL_DIR);
-        let hold = Hold::take(&wal, wait_max, &|| Ok(never || journal.others_present()?))?;
+        // Young objects of a gone solo process adopted at open come with
+        // the lock, taken then (ADR 0040).
+        let (hold, adopted) = match journal.take_adoption() {
+            Some(adoption) => (adoption.hold, adoption.objects),
+            None => (
+                Hold::take(&wal, wait_max, &|| Ok(never || journal.others_present()?))?,
+                Vec::new(),
+            ),
+        };
         let young = Arc::new(Young::new(Arc::clone(root), journal.reader()?));
+        // In the index before any checkpoint or knock could look, and before
+        // the first read.
+        young.adopt(adopted);
         {
             let young = Arc::clone(&young);
             journal.set_placer(Arc::new(move |epoch| young.place_through(epoch).map(drop)));
@@ -268,7 +284,7 @@ impl Solo {
         let alone_hint = Arc::new(AtomicBool::new(alone));
         let alone = Arc::new(parking_lot::Mutex::new(alone));
         let hold = Arc::new(parking_lot::Mutex::new(hold));
-        let watcher = if *alone.lock() {
+        let watcher = if *alone.lock() && !deaf {
             let checkpoints = journal.checkpoints();
             let (alone, hint, hold) = (
                 Arc::clone(&alone),
@@ -291,6 +307,70 @@ impl Solo {
         })
     }
 }
+
+/// Opens the folder's journal (recovering the gone processes' journals) and
+/// takes this process's place on the folder. Once the place is taken, no
+/// process can leave young objects on the folder unseen: only this one may
+/// be alone now. Before, one could: a process alone that this one waits
+/// for at the knock may die instead of making room, after this one's
+/// recovery, with young objects only in its journal; taking its place
+/// without them would lose them (and a checkpoint would later call them
+/// durable). So when a gone process's journal appeared meanwhile, the open
+/// starts over and recovers it (ADR 0040).
+fn open_journal(root: &Arc<PathBuf>, options: &FolderOptions) -> Result<(Journal, Solo)> {
+    let config = |what: &str, e: io::Error| {
+        Error::Config(format!("folder bucket {}: {what}: {e}", root.display()))
+    };
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let mut journal = Journal::open(
+            root,
+            &JournalOptions {
+                boot_id: options.journal_boot_id.clone(),
+                checkpoint_interval: options
+                    .journal_checkpoint_interval
+                    .unwrap_or(CHECKPOINT_INTERVAL),
+                adopt: !options.never_solo,
+            },
+        )
+        .map_err(|e| config("open the write-ahead journal (.wal)", e))?;
+        let solo = Solo::start(
+            root,
+            &mut journal,
+            options.solo_wait_max.unwrap_or(SOLO_WAIT_MAX),
+            options.never_solo,
+            options.deaf_to_knocks,
+        )
+        .map_err(|e| config("take .wal/solo", e))?;
+        let gone = journal
+            .gone_present()
+            .map_err(|e| config("look for gone processes' journals", e))?;
+        if !gone {
+            return Ok((journal, solo));
+        }
+        // Nothing of this process's own is in it yet (only copies of the
+        // gone processes' young objects, which the next try adopts again):
+        // removed, so that no other opener takes it for a gone process's.
+        drop(solo);
+        journal.abandon();
+        if attempts >= OPEN_ATTEMPTS_MAX {
+            return Err(config(
+                "open",
+                io::Error::other(format!(
+                    "processes on this folder died while it was being opened, {attempts} times in a row"
+                )),
+            ));
+        }
+        tracing::info!(
+            "folder bucket: a process on this folder died while this one waited for its place; opening again"
+        );
+    }
+}
+
+/// Opens of the journal in a row that found a gone process's journal
+/// appear before [`open_journal`] gives up.
+const OPEN_ATTEMPTS_MAX: usize = 5;
 
 /// Another process knocked: no more young objects; a checkpoint puts those
 /// there are in place; then the lock on `.wal/solo` becomes a shared one.
@@ -714,33 +794,13 @@ impl FolderBucket {
             .map_err(|e| config("start the thread that adopts temporary files", e))?;
         let root_dir = File::open(&root).map_err(|e| config("open", e))?;
         let sync_pool = SyncPool::new(SYNC_THREADS_MAX);
-        let mut journal = match options.sync_mode {
-            SyncMode::Journal => Some(
-                Journal::open(
-                    &root,
-                    &JournalOptions {
-                        boot_id: options.journal_boot_id.clone(),
-                        checkpoint_interval: options
-                            .journal_checkpoint_interval
-                            .unwrap_or(CHECKPOINT_INTERVAL),
-                    },
-                )
-                .map_err(|e| config("open the write-ahead journal (.wal)", e))?,
-            ),
-            SyncMode::PerFile | SyncMode::Syncfs => None,
-        };
         let root = Arc::new(root);
-        let solo = match &journal {
-            Some(journal) => Some(
-                Solo::start(
-                    &root,
-                    journal,
-                    options.solo_wait_max.unwrap_or(SOLO_WAIT_MAX),
-                    options.never_solo,
-                )
-                .map_err(|e| config("take .wal/solo", e))?,
-            ),
-            None => None,
+        let (mut journal, solo) = match options.sync_mode {
+            SyncMode::Journal => {
+                let (journal, solo) = open_journal(&root, &options)?;
+                (Some(journal), Some(solo))
+            }
+            SyncMode::PerFile | SyncMode::Syncfs => (None, None),
         };
         if let Some(journal) = &mut journal {
             journal

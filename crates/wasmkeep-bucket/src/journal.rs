@@ -50,6 +50,13 @@
 //!   them with this process's own, by stripe order, as after any reboot.
 //!   Dead journals without any entry need no checkpoint: one of them is
 //!   taken over at once.
+//! - Same boot, a dead journal written alone on the folder (ADR 0034): its
+//!   young objects were never files. An opener that can be alone on the
+//!   folder at once (the solo lock taken without waiting, under the epoch
+//!   lock) adopts them: it copies each key's last young put into its own
+//!   journal and keeps it young in its index, and its first checkpoint puts
+//!   them in place (ADR 0040). Any other opener writes them as files before
+//!   it serves.
 //!
 //! The journal's inode gets an inode-table block of its own: pad files
 //! (in `.wal/p.<journal name>/`, empty and never changed) fill the rest of
@@ -73,7 +80,9 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::folder::{flock, open_counter_file, statx_only, syncfs};
+use crate::Etag;
+use crate::folder::{content_etag, flock, open_counter_file, statx_only, syncfs};
+use crate::solo::Hold;
 
 /// The journal folder under the bucket's root (reserved, never an object).
 pub(crate) const JOURNAL_DIR: &str = ".wal";
@@ -486,6 +495,8 @@ pub(crate) struct Journal {
     /// The folder of the pad files around the journal's inode (`None`:
     /// unpadded).
     pads: Option<PathBuf>,
+    /// Adopted at open, until the caller takes it.
+    adoption: Option<Adoption>,
 }
 
 /// Where one region of the journal stands.
@@ -520,6 +531,28 @@ impl Region {
 pub(crate) struct JournalOptions {
     pub boot_id: Option<String>,
     pub checkpoint_interval: Duration,
+    /// Whether young objects of a gone solo process may be adopted (ADR
+    /// 0040): `false` for a folder opened never to be solo.
+    pub adopt: bool,
+}
+
+/// The young objects of gone solo processes that this process adopted at
+/// open (ADR 0040), with the solo lock taken for them: the caller keeps
+/// them young in its index ([`Journal::take_adoption`]).
+#[derive(Debug)]
+pub(crate) struct Adoption {
+    pub hold: Hold,
+    pub objects: Vec<Adopted>,
+}
+
+/// One adopted young object, copied into this process's journal.
+#[derive(Debug)]
+pub(crate) struct Adopted {
+    pub key: String,
+    pub at: EntryAt,
+    pub epoch: u64,
+    pub size: u64,
+    pub etag: Etag,
 }
 
 impl Journal {
@@ -536,20 +569,70 @@ impl Journal {
             None => current_boot_id()?,
         };
         flock(&epoch_exclusive, libc::LOCK_EX)?;
-        let mut pending = Vec::new();
-        let created = recover(root, &dir, &root_dir, &epoch_exclusive, &durable, &boot_id)
-            .and_then(|recovered| match recovered {
-                Recovered::Durable(dead) => take_journal(&dir, dead),
-                Recovered::NotYetDurable(dead) => {
-                    pending = dead;
-                    remove_orphan_pads(&dir)?;
-                    create_journal_file(&dir)
-                }
-            });
+        // Everything up to the unlock runs under the exclusive epoch lock.
+        // `Shared` keeps a duplicate of the descriptor: the lock belongs to
+        // the open file description both share.
+        let opened = epoch_exclusive.try_clone().and_then(|locked| {
+            Self::open_locked(root, &dir, root_dir, locked, durable, &boot_id, options)
+        });
         let unlocked = flock(&epoch_exclusive, libc::LOCK_UN);
-        let (path, file, pads) = created?;
+        let journal = opened?;
         unlocked?;
+        Ok(journal)
+    }
+
+    /// [`Journal::open`] under the exclusive epoch lock (`epoch_exclusive`).
+    fn open_locked(
+        root: &Path,
+        dir: &Path,
+        root_dir: File,
+        epoch_exclusive: File,
+        durable: File,
+        boot_id: &str,
+        options: &JournalOptions,
+    ) -> io::Result<Journal> {
+        let mut pending = Vec::new();
+        let mut owed = Vec::new();
+        let (path, file, pads) =
+            match recover(root, dir, &root_dir, &epoch_exclusive, &durable, boot_id)? {
+                Recovered::Durable(dead) => take_journal(dir, dead)?,
+                Recovered::NotYetDurable { dead, young } => {
+                    pending = dead;
+                    owed = young;
+                    remove_orphan_pads(dir)?;
+                    create_journal_file(dir)?
+                }
+            };
+        // Young objects of a gone solo process: adopted when this process
+        // will be alone (ADR 0040), else put in place now, before it serves.
+        let mut adopt = None;
+        if !owed.is_empty() {
+            let ours: Vec<&Path> = std::iter::once(path.as_path())
+                .chain(pending.iter().map(|(p, _)| p.as_path()))
+                .collect();
+            let hold = if options.adopt && adoptable_bytes(&owed) <= ADOPTED_BYTES_MAX {
+                Hold::try_solo(dir, &|| Ok(others_in(dir, &ours)?.live))?
+            } else {
+                None
+            };
+            match hold {
+                Some(hold) => {
+                    let (puts, rest): (Vec<_>, Vec<_>) =
+                        owed.into_iter().partition(|e| e.kind == EntryKind::Put);
+                    let removed = replay_young(root, rest)?;
+                    adopt = Some((hold, puts, removed));
+                }
+                None => {
+                    let placed = replay_young(root, owed)?;
+                    tracing::info!(
+                        objects = placed,
+                        "folder bucket: put the young objects of a gone solo process in place"
+                    );
+                }
+            }
+        }
         let durable_now = read_durable(&durable)?;
+        let epoch_now = read_u64(&epoch_exclusive, 0)?.unwrap_or(1).max(1);
         let shared = Arc::new(Shared {
             root_dir,
             epoch_exclusive: Mutex::new(epoch_exclusive),
@@ -565,7 +648,7 @@ impl Journal {
             wake: Condvar::new(),
         });
         let epoch_shared = open_counter_file(&dir.join(EPOCH_FILE))?;
-        Ok(Journal {
+        let mut journal = Journal {
             shared,
             path,
             file,
@@ -581,7 +664,61 @@ impl Journal {
             checkpointer: None,
             checkpoint_interval: options.checkpoint_interval,
             pads,
-        })
+            adoption: None,
+        };
+        if let Some((hold, puts, removed)) = adopt {
+            let objects = journal.write_adopted(epoch_now, &puts)?;
+            tracing::info!(
+                adopted = objects.len(),
+                removed,
+                "folder bucket: adopted the young objects of a gone solo process (they go in place at the first checkpoint)"
+            );
+            journal.adoption = Some(Adoption { hold, objects });
+        }
+        Ok(journal)
+    }
+
+    /// The young objects adopted at open, and the solo lock taken for them
+    /// (once; `None` when there were none).
+    pub(crate) fn take_adoption(&mut self) -> Option<Adoption> {
+        self.adoption.take()
+    }
+
+    /// Copies adopted young puts into this journal, in the current epoch
+    /// (`epoch`), each with the order and index its batch gave it: copies
+    /// of the same writes, they sort as those do against every other entry
+    /// of their keys. Not flushed: until this process's first checkpoint
+    /// puts them in place, the gone process's journal (flushed before it
+    /// answered) stays, and a recovery reads both.
+    fn write_adopted(&mut self, epoch: u64, puts: &[Decoded]) -> io::Result<Vec<Adopted>> {
+        self.buffer.clear();
+        self.appended.clear();
+        for put in puts {
+            self.encode_entry(
+                epoch,
+                put.order,
+                &Entry {
+                    index: put.index,
+                    kind: EntryKind::Put,
+                    key: &put.key,
+                    body: &put.body,
+                    young: true,
+                },
+            );
+        }
+        let (index, end) = self.write_buffer(epoch)?;
+        self.wrote(index, end, epoch);
+        Ok(puts
+            .iter()
+            .zip(&self.appended)
+            .map(|(put, at)| Adopted {
+                key: put.key.clone(),
+                at: *at,
+                epoch,
+                size: put.body.len() as u64,
+                etag: content_etag(&put.body),
+            })
+            .collect())
     }
 
     /// Makes room for `bytes` more journal bytes in whichever region the
@@ -700,11 +837,28 @@ impl Journal {
         if flush {
             self.file.sync_data()?;
         }
+        self.wrote(index, end, epoch);
+        Ok(())
+    }
+
+    /// Notes entries of `epoch` written to region `index` up to `end`.
+    fn wrote(&mut self, index: usize, end: u64, epoch: u64) {
         let region = &mut self.regions[index];
         region.offset = end;
         region.epoch = region.epoch.max(epoch);
         self.shared.journaled.fetch_max(epoch, Ordering::SeqCst);
-        Ok(())
+    }
+
+    /// Encodes one entry into the batch's buffer and notes where it sits
+    /// in the buffer.
+    fn encode_entry(&mut self, epoch: u64, order: u64, entry: &Entry<'_>) {
+        let start = self.buffer.len();
+        encode(&mut self.buffer, epoch, order, entry);
+        // Offsets within the batch for now; `write_buffer` places them.
+        self.appended.push(EntryAt {
+            offset: start as u64,
+            len: u32::try_from(self.buffer.len() - start).expect("entries are bounded"),
+        });
     }
 
     /// Writes the entries (not yet flushed) to the region of `epoch`:
@@ -718,14 +872,14 @@ impl Journal {
         self.buffer.clear();
         self.appended.clear();
         for entry in entries {
-            let start = self.buffer.len();
-            encode(&mut self.buffer, epoch, order, entry);
-            // Offsets within the batch for now; the file's once placed below.
-            self.appended.push(EntryAt {
-                offset: start as u64,
-                len: u32::try_from(self.buffer.len() - start).expect("entries are bounded"),
-            });
+            self.encode_entry(epoch, order, entry);
         }
+        self.write_buffer(epoch)
+    }
+
+    /// Writes the encoded batch (not yet flushed) to the region of `epoch`:
+    /// returns the region and where its entries now end.
+    fn write_buffer(&mut self, epoch: u64) -> io::Result<(usize, u64)> {
         let index = region_index(epoch);
         let durable = self.shared.durable_seen.load(Ordering::SeqCst);
         let region = &mut self.regions[index];
@@ -811,40 +965,42 @@ impl Journal {
     /// Whether another live process has a journal in this folder (its lock
     /// is held, and not by this process).
     pub(crate) fn others_present(&self) -> io::Result<bool> {
+        Ok(self.others()?.live)
+    }
+
+    /// Whether a gone process's journal is in the folder that this process
+    /// has not recovered (it died after this process's open).
+    pub(crate) fn gone_present(&self) -> io::Result<bool> {
+        Ok(self.others()?.gone)
+    }
+
+    fn others(&self) -> io::Result<Others> {
         let dir = self.path.parent().expect("a journal lives in .wal");
-        let ours: Vec<PathBuf> = self
-            .shared
-            .pending
-            .lock()
-            .iter()
-            .map(|(path, _)| path.clone())
+        let pending = self.shared.pending.lock();
+        let ours: Vec<&Path> = std::iter::once(self.path.as_path())
+            .chain(pending.iter().map(|(path, _)| path.as_path()))
             .collect();
-        for entry in fs::read_dir(dir)? {
-            let entry = entry?;
-            if !entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with(JOURNAL_PREFIX)
+        others_in(dir, &ours)
+    }
+
+    /// Removes this journal, unused: the open that made it starts over
+    /// before any batch (entries copied at open from gone processes'
+    /// journals are still in those).
+    pub(crate) fn abandon(mut self) {
+        self.stop_checkpointer();
+        for path in [Some(self.path.clone()), young_marker(&self.path)]
+            .into_iter()
+            .flatten()
+        {
+            if let Err(e) = fs::remove_file(&path)
+                && e.kind() != io::ErrorKind::NotFound
             {
-                continue;
-            }
-            let path = entry.path();
-            if path == self.path || ours.contains(&path) {
-                continue;
-            }
-            let file = match File::open(&path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
-                // A gone process's: this process's next open would take it.
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => return Ok(true),
-                Err(e) => return Err(e),
+                tracing::warn!(path = %path.display(), error = %e, "folder bucket: could not remove an abandoned journal");
             }
         }
-        Ok(false)
+        if let Some(pads) = &self.pads {
+            let _ = fs::remove_dir_all(pads);
+        }
     }
 
     /// A clean stop: everything journaled is made durable in place and the
@@ -1134,6 +1290,59 @@ fn remove_orphan_pads(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// The journals in `dir` that are none of `ours` (this process's own and
+/// the gone ones it holds): whether any is a live process's (its lock is
+/// held) and whether any is a gone one's.
+#[derive(Debug, Clone, Copy, Default)]
+struct Others {
+    live: bool,
+    gone: bool,
+}
+
+fn others_in(dir: &Path, ours: &[&Path]) -> io::Result<Others> {
+    let mut others = Others::default();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(JOURNAL_PREFIX)
+        {
+            continue;
+        }
+        let path = entry.path();
+        if ours.contains(&path.as_path()) {
+            continue;
+        }
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+            // A gone process's: this process's next open would take it.
+            Ok(()) => others.gone = true,
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => others.live = true,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(others)
+}
+
+/// The most journal bytes of adopted young objects (ADR 0040): more are put
+/// in place as files instead. Half a region, as a batch: the first epoch's
+/// region then still has room for batches before its checkpoint.
+const ADOPTED_BYTES_MAX: usize = JOURNAL_BATCH_BYTES_MAX;
+
+/// The journal bytes the young puts among `entries` take.
+fn adoptable_bytes(entries: &[Decoded]) -> usize {
+    entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Put)
+        .map(|e| entry_bytes(&e.key, e.body.len()))
+        .sum()
+}
+
 /// The journals of processes that are gone (their lock is free), locked.
 fn dead_journals(dir: &Path) -> io::Result<Vec<(PathBuf, File)>> {
     let mut out = Vec::new();
@@ -1268,8 +1477,13 @@ enum Recovered {
     Durable(Vec<(PathBuf, File)>),
     /// Same boot, and they hold entries: their objects stand in the page
     /// cache but some may not be durable yet; the caller's first checkpoint
-    /// makes them so, and the journals stay until then.
-    NotYetDurable(Vec<(PathBuf, File)>),
+    /// makes them so, and the journals stay until then. `young`: each key's
+    /// last entry where that is young (written alone on the folder, ADR
+    /// 0034), which the caller adopts or applies before it serves.
+    NotYetDurable {
+        dead: Vec<(PathBuf, File)>,
+        young: Vec<Decoded>,
+    },
 }
 
 /// Recovery at open; the caller holds the exclusive epoch lock.
@@ -1304,12 +1518,12 @@ fn recover(
             return Ok(Recovered::Durable(dead));
         }
         // A journal written alone on the folder (ADR 0034) holds objects
-        // that never became files: put them in place now, before this
-        // process serves. Only when some journal is marked are journals
-        // read, and then all of them, each key's last entry taken across
-        // all (by batch order): writers killed in turn leave one journal
-        // each until a checkpoint, and the newest write of a key may be in
-        // any of them, young or already in place.
+        // that never became files: the caller adopts them or puts them in
+        // place, before this process serves. Only when some journal is
+        // marked are journals read, and then all of them, each key's last
+        // entry taken across all (by batch order): writers killed in turn
+        // leave one journal each until a checkpoint, and the newest write of
+        // a key may be in any of them, young or already in place.
         let marked = dead
             .iter()
             .any(|(path, _)| young_marker(path).is_some_and(|m| m.exists()));
@@ -1318,20 +1532,14 @@ fn recover(
             for (_, journal) in &dead {
                 keep_last(&mut last, decoded_regions(journal)?, durable);
             }
-            replay_young(root, young_only(last))?
+            young_only(last)
         } else {
-            0
+            Vec::new()
         };
-        if young > 0 {
-            tracing::info!(
-                objects = young,
-                "folder bucket: put the young objects of a gone solo process in place"
-            );
-        }
         // This process's entries come after theirs; its first checkpoint
         // (which bumps again) makes theirs durable.
         epoch_file.write_all_at(&(epoch + 1).to_le_bytes(), 0)?;
-        return Ok(Recovered::NotYetDurable(dead));
+        return Ok(Recovered::NotYetDurable { dead, young });
     }
     // Another boot (or the first open): replay what may have been lost.
     let mut last = HashMap::new();
@@ -1540,6 +1748,7 @@ mod tests {
         JournalOptions {
             boot_id: Some("test-boot".to_owned()),
             checkpoint_interval: Duration::from_secs(3600),
+            adopt: false,
         }
     }
 

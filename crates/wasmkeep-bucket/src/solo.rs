@@ -97,6 +97,28 @@ impl Hold {
         }
     }
 
+    /// Takes `.wal/solo` exclusively if nobody holds it and nobody else is
+    /// on the folder, without waiting: `None` otherwise (nothing held). A
+    /// recovery that finds young objects of a gone solo process tries this
+    /// under the exclusive epoch lock, to adopt them instead of writing
+    /// them as files (ADR 0040); `take` could wait for a knock there, and
+    /// the knocked process's checkpoint needs that lock.
+    pub(crate) fn try_solo(
+        wal_dir: &Path,
+        others_present: &dyn Fn() -> io::Result<bool>,
+    ) -> io::Result<Option<Hold>> {
+        let file = open_rw(&wal_dir.join(SOLO_FILE))?;
+        if !try_flock(&file, libc::LOCK_EX)? || others_present()? {
+            // Dropped: a lock taken goes with the descriptor.
+            return Ok(None);
+        }
+        Ok(Some(Hold {
+            file,
+            mode: Mode::Solo,
+            knock: wal_dir.join(KNOCK_FILE),
+        }))
+    }
+
     pub(crate) fn mode(&self) -> Mode {
         self.mode
     }

@@ -28,7 +28,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use parking_lot::RwLock;
 
-use crate::journal::{EntryAt, JournalReader};
+use crate::journal::{Adopted, EntryAt, JournalReader};
 use crate::{Etag, Object, ObjectMeta};
 
 /// Disk reads tried without the read lock before one is done with it.
@@ -78,6 +78,30 @@ impl Young {
             reader,
             objects: RwLock::new(Index::new()),
             placing: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes in young objects of a gone solo process, copied into this
+    /// process's journal at open (ADR 0040). Whether a file of the key is
+    /// below is not known: a delete looks.
+    pub(crate) fn adopt(&self, adopted: Vec<Adopted>) {
+        if adopted.is_empty() {
+            return;
+        }
+        let modified = SystemTime::now();
+        let mut objects = self.objects.write();
+        for object in adopted {
+            objects.insert(
+                object.key,
+                YoungObject {
+                    at: object.at,
+                    epoch: object.epoch,
+                    etag: object.etag,
+                    size: object.size,
+                    modified,
+                    file_below: true,
+                },
+            );
         }
     }
 
