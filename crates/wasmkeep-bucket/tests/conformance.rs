@@ -224,13 +224,7 @@ mod cases {
         f.bucket
             .put(&f.key("i"), Bytes::from_static(b"not under in/"))
             .await?;
-        let listed: Vec<String> = f
-            .bucket
-            .list(&f.key("in/"))
-            .await?
-            .into_iter()
-            .map(|m| m.key)
-            .collect();
+        let listed = listed_keys(&*f.bucket, &f.key("in/")).await?;
         let mut expected: Vec<String> = names.iter().map(|n| f.key(&format!("in/{n}"))).collect();
         expected.sort();
         ensure!(
@@ -253,13 +247,7 @@ mod cases {
             keyed == expected_keyed,
             "list_keys {keyed:?}\nexpected {expected_keyed:?}"
         );
-        let partial: Vec<String> = f
-            .bucket
-            .list(&f.key("in/a"))
-            .await?
-            .into_iter()
-            .map(|m| m.key)
-            .collect();
+        let partial = listed_keys(&*f.bucket, &f.key("in/a")).await?;
         let expected_partial: Vec<String> = expected
             .iter()
             .filter(|k| k.starts_with(&f.key("in/a")))
@@ -318,13 +306,7 @@ mod cases {
             second.objects.len()
         );
         ensure!(second.next.is_none());
-        let all: Vec<String> = f
-            .bucket
-            .list(&f.key("many/"))
-            .await?
-            .into_iter()
-            .map(|m| m.key)
-            .collect();
+        let all = listed_keys(&*f.bucket, &f.key("many/")).await?;
         let expected: Vec<String> = (0..count).map(|i| f.key(&format!("many/{i:05}"))).collect();
         ensure!(all == expected);
         let keys: Vec<String> = f
@@ -843,6 +825,31 @@ impl Writer {
     }
 }
 
+/// The keys `bucket` lists under `prefix`, in order.
+async fn listed_keys<B: Bucket + ?Sized>(bucket: &B, prefix: &str) -> anyhow::Result<Vec<String>> {
+    Ok(bucket
+        .list(prefix)
+        .await?
+        .into_iter()
+        .map(|m| m.key)
+        .collect())
+}
+
+/// Runs `commands` in a writer process of its own on `root`, then kills it
+/// (kill -9).
+async fn run_then_kill(root: &std::path::Path, commands: &[&str]) -> anyhow::Result<()> {
+    let root = root.to_owned();
+    let commands: Vec<String> = commands.iter().map(|c| (*c).to_owned()).collect();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut writer = Writer::start(&root)?;
+        for command in &commands {
+            writer.run(command)?;
+        }
+        writer.kill_9()
+    })
+    .await?
+}
+
 fn journals(root: &std::path::Path) -> anyhow::Result<usize> {
     Ok(std::fs::read_dir(root.join(".wal"))?
         .filter_map(Result::ok)
@@ -1140,12 +1147,7 @@ async fn folder_reuses_the_files_of_replaced_and_deleted_objects() -> anyhow::Re
         "the deleted file was not reused"
     );
     ensure!(bucket.get("k/c").await?.bytes == Bytes::from_static(b"c"));
-    let listed: Vec<String> = bucket
-        .list("k/")
-        .await?
-        .into_iter()
-        .map(|m| m.key)
-        .collect();
+    let listed = listed_keys(&bucket, "k/").await?;
     ensure!(listed == ["k/b", "k/c"], "listed {listed:?}");
     drop(bucket);
 
@@ -1305,7 +1307,7 @@ async fn folder_alone_keeps_young_objects_in_its_journal_until_another_opener_kn
     );
     ensure!(first.get("y/a").await?.bytes == "a");
     ensure!(first.head("y/b/c").await?.etag == wasmkeep_bucket::content_etag(b"c"));
-    let listed: Vec<String> = first.list("y/").await?.into_iter().map(|m| m.key).collect();
+    let listed = listed_keys(&first, "y/").await?;
     ensure!(listed == ["y/a", "y/b/c"], "listed {listed:?}");
 
     let opener_root = root.clone();
@@ -1600,24 +1602,12 @@ async fn folder_alone_killed_leaves_its_young_objects_and_not_the_deleted_ones()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn folder_alone_killed_its_young_objects_are_adopted_then_placed() -> anyhow::Result<()> {
     let (dir, root) = folder_of_boot_one()?;
-    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let mut a = Writer::start(&root)?;
-        a.run("put k/a a1")?;
-        a.run("put k/b b1")?;
-        a.run("put k/b b2")?;
-        a.kill_9()
-    })
-    .await??;
+    run_then_kill(&root, &["put k/a a1", "put k/b b1", "put k/b b2"]).await?;
     let root = dir.path();
     let bucket = wasmkeep_bucket::FolderBucket::open_with(root, crash_before_checkpoint(BOOT_ONE))?;
     ensure!(bucket.get("k/a").await?.bytes == "a1");
     ensure!(bucket.get("k/b").await?.bytes == "b2");
-    let listed: Vec<String> = bucket
-        .list("k/")
-        .await?
-        .into_iter()
-        .map(|m| m.key)
-        .collect();
+    let listed = listed_keys(&bucket, "k/").await?;
     ensure!(listed == ["k/a", "k/b"], "listed {listed:?}");
     for key in ["k/a", "k/b"] {
         ensure!(
@@ -1739,12 +1729,7 @@ async fn folder_opener_outliving_the_solo_process_it_waits_for_keeps_its_young_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn folder_opened_shared_puts_young_objects_of_the_dead_in_place() -> anyhow::Result<()> {
     let (dir, root) = folder_of_boot_one()?;
-    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let mut a = Writer::start(&root)?;
-        a.run("put k/a a1")?;
-        a.kill_9()
-    })
-    .await??;
+    run_then_kill(&root, &["put k/a a1"]).await?;
     let options = wasmkeep_bucket::FolderOptions {
         never_solo: true,
         ..crash_before_checkpoint(BOOT_ONE)
