@@ -1007,19 +1007,7 @@ impl Journal {
     /// journals are still in those).
     pub(crate) fn abandon(mut self) {
         self.stop_checkpointer();
-        for path in [Some(self.path.clone()), young_marker(&self.path)]
-            .into_iter()
-            .flatten()
-        {
-            if let Err(e) = fs::remove_file(&path)
-                && e.kind() != io::ErrorKind::NotFound
-            {
-                tracing::warn!(path = %path.display(), error = %e, "folder bucket: could not remove an abandoned journal");
-            }
-        }
-        if let Some(pads) = &self.pads {
-            let _ = fs::remove_dir_all(pads);
-        }
+        self.remove_files();
     }
 
     /// A clean stop: everything journaled is made durable in place and the
@@ -1032,6 +1020,12 @@ impl Journal {
             tracing::warn!(error = %e, "folder bucket: the last checkpoint failed; the journal stays for recovery");
             return;
         }
+        self.remove_files();
+    }
+
+    /// Removes the journal file, then its young marker and its pads; a
+    /// journal that stays keeps its marker for the recovery that reads it.
+    fn remove_files(&self) {
         if let Err(e) = fs::remove_file(&self.path) {
             tracing::warn!(path = %self.path.display(), error = %e, "folder bucket: could not remove the journal");
             return;
