@@ -1644,24 +1644,13 @@ async fn folder_alone_killed_its_young_objects_are_adopted_then_placed() -> anyh
 async fn folder_adopted_young_objects_survive_a_second_crash_and_a_reboot() -> anyhow::Result<()> {
     for boot in [BOOT_ONE, BOOT_TWO] {
         let (dir, root) = folder_of_boot_one()?;
-        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            let mut a = Writer::start(&root)?;
-            a.run("put r/x a1")?;
-            a.run("put r/y a1")?;
-            a.run("put r/z a1")?;
-            a.kill_9()?;
-            let mut b = Writer::start(&root)?;
-            b.run("put r/x b1")?;
-            b.run("delete r/z")?;
-            b.kill_9()?;
-            ensure!(
-                !root.join("r/y").exists(),
-                "the second writer adopted r/y, it made no file"
-            );
-            ensure!(journals(&root)? == 2, "both journals stay");
-            Ok(())
-        })
-        .await??;
+        run_then_kill(&root, &["put r/x a1", "put r/y a1", "put r/z a1"]).await?;
+        run_then_kill(&root, &["put r/x b1", "delete r/z"]).await?;
+        ensure!(
+            !root.join("r/y").exists(),
+            "the second writer adopted r/y, it made no file"
+        );
+        ensure!(journals(&root)? == 2, "both journals stay");
         let bucket =
             wasmkeep_bucket::FolderBucket::open_with(dir.path(), crash_before_checkpoint(boot))?;
         ensure!(bucket.get("r/x").await?.bytes == "b1", "{boot}: r/x");
