@@ -483,6 +483,8 @@ enum WriteOp {
 struct WriteRequest {
     key: String,
     op: WriteOp,
+    /// The caller is in no hurry ([`Bucket::put_if_absent_unhurried`]).
+    unhurried: bool,
     reply: oneshot::Sender<Result<Option<ObjectMeta>>>,
 }
 
@@ -866,6 +868,15 @@ impl FolderBucket {
     }
 
     async fn write(&self, key: &str, op: WriteOp) -> Result<Option<ObjectMeta>> {
+        self.write_with(key, op, false).await
+    }
+
+    async fn write_with(
+        &self,
+        key: &str,
+        op: WriteOp,
+        unhurried: bool,
+    ) -> Result<Option<ObjectMeta>> {
         validate_key(key)?;
         check_not_reserved(key)?;
         let (reply, answer) = oneshot::channel();
@@ -873,23 +884,29 @@ impl FolderBucket {
             key: key.to_owned(),
             reason: "the folder committer stopped".to_owned(),
         };
-        let _in_flight = self.polling.write_sent();
+        // An unhurried write neither polls for its answer nor keeps the one
+        // write that waits with it from polling (ADR 0032): it is answered
+        // with that write's batch.
+        let _in_flight = (!unhurried).then(|| self.polling.write_sent());
         self.queue
             .send(WriteRequest {
                 key: key.to_owned(),
                 op,
+                unhurried,
                 reply,
             })
             .await
             .map_err(|_| unavailable())?;
+        let answered = if unhurried {
+            answer.await
+        } else {
+            self.polling.answer(answer).await
+        };
         // A dropped reply after enqueueing: the committer died mid-batch.
-        self.polling
-            .answer(answer)
-            .await
-            .map_err(|_| Error::OutcomeUnknown {
-                key: key.to_owned(),
-                reason: "the folder committer stopped".to_owned(),
-            })?
+        answered.map_err(|_| Error::OutcomeUnknown {
+            key: key.to_owned(),
+            reason: "the folder committer stopped".to_owned(),
+        })?
     }
 
     /// Runs `read` on this thread as [`Reader::Inline`] and, if that would
@@ -1068,6 +1085,12 @@ impl Bucket for FolderBucket {
 
     async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
         self.write(key, WriteOp::PutIfAbsent(bytes))
+            .await?
+            .ok_or_else(|| committer_bug(key))
+    }
+
+    async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.write_with(key, WriteOp::PutIfAbsent(bytes), true)
             .await?
             .ok_or_else(|| committer_bug(key))
     }
@@ -1652,6 +1675,9 @@ pub const ARRIVAL_POLL_MAX: Duration = Duration::from_micros(150);
 /// How long a lone writer polls for its answer before it sleeps, while the
 /// committer polls too (ADR 0032): about two flushes of a fast disk.
 pub const ANSWER_POLL_MAX: Duration = Duration::from_micros(300);
+/// How long a batch of unhurried writes waits for a write in a hurry to
+/// share its flush with, while writes come in quick succession (ADR 0041).
+pub const UNHURRIED_WAIT_MAX: Duration = Duration::from_micros(300);
 
 /// What the writers and the committer share to decide whether a writer
 /// polls for its answer instead of sleeping (ADR 0032). A writer polls only
@@ -1752,6 +1778,47 @@ impl Arrivals {
         self.recent = (self.recent << 1) | u8::from(waited <= ARRIVAL_POLL_MAX);
     }
 
+    /// The next batch: the next write and those queued behind it (at most
+    /// [`COMMIT_BATCH_WRITES_MAX`]), or `None` once every sender is gone.
+    ///
+    /// A batch of unhurried writes alone (a snapshot) is not flushed for its
+    /// own sake while writes come in quick succession: it waits up to
+    /// `wait_max` for a write in a hurry and goes with it. Flushed alone, the
+    /// next write (the same actor's next record, a few µs later) would wait
+    /// for that whole flush before its own began (ADR 0041).
+    fn next_batch(
+        &mut self,
+        receiver: &mut mpsc::Receiver<WriteRequest>,
+        wait_max: Duration,
+    ) -> Option<Vec<WriteRequest>> {
+        let first = self.next(receiver)?;
+        let mut batch = vec![first];
+        while batch.len() < COMMIT_BATCH_WRITES_MAX {
+            match receiver.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        if !self.polls() || !batch.iter().all(|r| r.unhurried) {
+            return Some(batch);
+        }
+        let started = Instant::now();
+        while batch.len() < COMMIT_BATCH_WRITES_MAX && started.elapsed() < wait_max {
+            match receiver.try_recv() {
+                Ok(request) => {
+                    let hurried = !request.unhurried;
+                    batch.push(request);
+                    if hurried {
+                        break;
+                    }
+                }
+                Err(mpsc::error::TryRecvError::Empty) => std::thread::yield_now(),
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+            }
+        }
+        Some(batch)
+    }
+
     /// The next write, or `None` once every sender is gone.
     fn next(&mut self, receiver: &mut mpsc::Receiver<WriteRequest>) -> Option<WriteRequest> {
         let started = Instant::now();
@@ -1781,17 +1848,10 @@ impl Committer {
     fn run(mut self, mut receiver: mpsc::Receiver<WriteRequest>) {
         self.reserve_at_start();
         let mut arrivals = Arrivals::default();
-        while let Some(first) = arrivals.next(&mut receiver) {
+        while let Some(batch) = arrivals.next_batch(&mut receiver, UNHURRIED_WAIT_MAX) {
             self.polling
                 .quick
                 .store(arrivals.polls(), Ordering::Release);
-            let mut batch = vec![first];
-            while batch.len() < COMMIT_BATCH_WRITES_MAX {
-                match receiver.try_recv() {
-                    Ok(request) => batch.push(request),
-                    Err(_) => break,
-                }
-            }
             self.commit(batch);
         }
         // A knock seen now is answered before the last checkpoint.
@@ -3019,8 +3079,89 @@ mod tests {
         WriteRequest {
             key: key.to_owned(),
             op: WriteOp::Delete,
+            unhurried: false,
             reply,
         }
+    }
+
+    fn unhurried_put_of(key: &str) -> WriteRequest {
+        let (reply, _) = oneshot::channel();
+        WriteRequest {
+            key: key.to_owned(),
+            op: WriteOp::PutIfAbsent(Bytes::from_static(b"snapshot")),
+            unhurried: true,
+            reply,
+        }
+    }
+
+    fn quick_arrivals() -> Arrivals {
+        let mut arrivals = Arrivals::default();
+        for _ in 0..4 {
+            arrivals.note(Duration::ZERO);
+        }
+        arrivals
+    }
+
+    fn keys_of(batch: &[WriteRequest]) -> Vec<&str> {
+        batch.iter().map(|r| r.key.as_str()).collect()
+    }
+
+    /// While writes come quickly, unhurried writes wait for a write in a
+    /// hurry and go in its batch; what comes after that write waits for the
+    /// next batch.
+    #[test]
+    fn unhurried_writes_wait_for_a_hurried_one_to_share_its_flush() {
+        let (sender, mut receiver) = mpsc::channel(8);
+        let mut arrivals = quick_arrivals();
+        sender.try_send(unhurried_put_of("snap/1")).expect("queued");
+        let late = std::thread::spawn(move || {
+            sender
+                .blocking_send(unhurried_put_of("snap/2"))
+                .expect("queued");
+            sender.blocking_send(delete_of("log/1")).expect("queued");
+            sender.blocking_send(delete_of("log/2")).expect("queued");
+            sender
+        });
+        // Long enough never to run out on a loaded machine.
+        let batch = arrivals
+            .next_batch(&mut receiver, Duration::from_secs(60))
+            .expect("a batch");
+        let sender = late.join().expect("the sender thread");
+        let keys = keys_of(&batch);
+        assert_eq!(&keys[..3], ["snap/1", "snap/2", "log/1"]);
+        // "log/2" may have been queued before the batch was taken.
+        assert!(keys.len() <= 4, "{keys:?}");
+        drop(sender);
+    }
+
+    /// Unhurried writes go at once when writes come far apart (no write in a
+    /// hurry is on its way), and a polling wait ends at its limit or at the
+    /// end of the queue.
+    #[test]
+    fn unhurried_writes_go_alone_when_nothing_comes() {
+        let (sender, mut receiver) = mpsc::channel(8);
+        let mut sleeping = Arrivals::default();
+        sender.try_send(unhurried_put_of("snap/1")).expect("queued");
+        let batch = sleeping
+            .next_batch(&mut receiver, Duration::from_secs(60))
+            .expect("a batch");
+        assert_eq!(keys_of(&batch), ["snap/1"], "not polling: no wait");
+
+        let mut quick = quick_arrivals();
+        sender.try_send(unhurried_put_of("snap/2")).expect("queued");
+        let batch = quick
+            .next_batch(&mut receiver, Duration::from_millis(1))
+            .expect("a batch");
+        assert_eq!(keys_of(&batch), ["snap/2"], "the wait has a limit");
+
+        let mut quick = quick_arrivals();
+        sender.try_send(unhurried_put_of("snap/3")).expect("queued");
+        drop(sender);
+        let batch = quick
+            .next_batch(&mut receiver, Duration::from_secs(60))
+            .expect("a batch");
+        assert_eq!(keys_of(&batch), ["snap/3"], "the queue ended");
+        assert!(quick.next_batch(&mut receiver, Duration::ZERO).is_none());
     }
 
     /// The committer polls for its next write only while most recent writes

@@ -143,6 +143,16 @@ pub trait Bucket: Send + Sync + fmt::Debug + 'static {
     /// Creates the object only if no object has the key; `Conflict` otherwise.
     async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta>;
 
+    /// [`Bucket::put_if_absent`] for a caller in no hurry (the store's
+    /// snapshots): the same guarantees once it returns, but the backend may
+    /// hold it back for a moment so that it shares a flush with a write that
+    /// comes right after it, instead of making that write wait for a flush
+    /// of its own (ADR 0041). Backends without flushes to share just put.
+    /// Wrappers must forward it.
+    async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.put_if_absent(key, bytes).await
+    }
+
     /// Replaces the object only if its etag is still `etag`; `Conflict` if it
     /// changed, `NotFound` if it is gone.
     async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta>;

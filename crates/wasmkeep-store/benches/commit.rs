@@ -62,6 +62,14 @@ impl Bucket for Counting {
         self.count();
         self.inner.put_if_absent(key, bytes).await
     }
+    async fn put_if_absent_unhurried(
+        &self,
+        key: &str,
+        bytes: Bytes,
+    ) -> wasmkeep_bucket::Result<ObjectMeta> {
+        self.count();
+        self.inner.put_if_absent_unhurried(key, bytes).await
+    }
     async fn put_if_match(
         &self,
         key: &str,

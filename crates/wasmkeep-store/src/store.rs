@@ -1045,7 +1045,7 @@ async fn write_record(
         .map_err(|e| FailureKind::Broken(format!("alarm index not written: {e}")))?;
     }
     let key = Keys::log_under(&shared.log_prefix, rec.seq);
-    put_settled(&*shared.bucket, &key, body, &shared.config).await?;
+    put_settled(&*shared.bucket, &key, body, &shared.config, Haste::Hurried).await?;
     let before = std::mem::replace(durable_alarm, rec.alarm_ms);
     // ... and deleted only after the record that clears it.
     if rec.alarm_ms.is_none()
@@ -1057,6 +1057,13 @@ async fn write_record(
     Ok(())
 }
 
+/// Whether a response waits for a write ([`Bucket::put_if_absent_unhurried`]).
+#[derive(Debug, Clone, Copy)]
+enum Haste {
+    Hurried,
+    Unhurried,
+}
+
 /// put-if-absent of a record whose body is unique to this writer, settled:
 /// `Ok` once our bytes are in the bucket under `key`; `Fenced` when other
 /// bytes are; `Broken` when the bucket would not tell within the retries.
@@ -1065,11 +1072,16 @@ async fn put_settled(
     key: &str,
     body: Bytes,
     config: &StoreConfig,
+    haste: Haste,
 ) -> Result<(), FailureKind> {
     let mut backoff = config.write_retry_backoff;
     let mut last_error = String::new();
     for attempt in 1..=config.write_attempts_max {
-        match bucket.put_if_absent(key, body.clone()).await {
+        let put = match haste {
+            Haste::Hurried => bucket.put_if_absent(key, body.clone()).await,
+            Haste::Unhurried => bucket.put_if_absent_unhurried(key, body.clone()).await,
+        };
+        match put {
             Ok(_) => return Ok(()),
             Err(BucketError::Conflict { .. }) => {
                 // Ours (an earlier attempt that applied) or another writer's?
@@ -1257,7 +1269,17 @@ async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
         snap.image.iter().enumerate().map(|(i, p)| (i as u32, &**p)),
     );
     let key = shared.keys.actor_snapshot(&shared.actor, snap.seq);
-    match put_settled(&*shared.bucket, &key, body, &shared.config).await {
+    // Unhurried: no response waits for it, and the next record, which a
+    // response does wait for, would otherwise wait behind its flush (ADR 0041).
+    match put_settled(
+        &*shared.bucket,
+        &key,
+        body,
+        &shared.config,
+        Haste::Unhurried,
+    )
+    .await
+    {
         Ok(()) => {}
         Err(kind) => {
             return Err(Error::Broken {
