@@ -983,7 +983,8 @@ async fn write_records(
         match Box::pin(write_record(shared, &rec, &mut durable_alarm)).await {
             Ok(()) => {
                 let queued: u32 = shared.state.lock().queue.iter().map(|p| p.events).sum();
-                linger = (rec.events + queued >= 2).then(|| {
+                let lingers = rec.events + queued >= 2;
+                linger = lingers.then(|| {
                     (
                         rec.events + queued,
                         tokio::time::Instant::now() + LINGER_TIME_MAX,
@@ -994,6 +995,15 @@ async fn write_records(
                         seq: rec.seq,
                         alarm_ms: rec.alarm_ms,
                         image,
+                        // A lone writer's next record comes at once: the
+                        // snapshot goes with it. One that lingers may come
+                        // only after the snapshot could have been flushed
+                        // on its own (ADR 0041).
+                        haste: if lingers {
+                            Haste::Hurried
+                        } else {
+                            Haste::Unhurried
+                        },
                     };
                     snapshots.offer(shared, snap);
                 }
@@ -1167,6 +1177,8 @@ struct Snapshot {
     seq: u64,
     alarm_ms: Option<i64>,
     image: Vec<SharedPage>,
+    /// How it is put ([`Bucket::put_if_absent_unhurried`]).
+    haste: Haste,
 }
 
 /// The next snapshot to write: one slot, the newest image wins. A snapshot
@@ -1269,17 +1281,7 @@ async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
         snap.image.iter().enumerate().map(|(i, p)| (i as u32, &**p)),
     );
     let key = shared.keys.actor_snapshot(&shared.actor, snap.seq);
-    // Unhurried: no response waits for it, and the next record, which a
-    // response does wait for, would otherwise wait behind its flush (ADR 0041).
-    match put_settled(
-        &*shared.bucket,
-        &key,
-        body,
-        &shared.config,
-        Haste::Unhurried,
-    )
-    .await
-    {
+    match put_settled(&*shared.bucket, &key, body, &shared.config, snap.haste).await {
         Ok(()) => {}
         Err(kind) => {
             return Err(Error::Broken {

@@ -194,6 +194,45 @@ async fn group_commit_puts_events_committed_during_a_write_into_one_record() {
     assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 33);
 }
 
+/// A lone writer's snapshot is put unhurried, so that the bucket may flush
+/// it with the writer's next record (ADR 0041). One that follows a record
+/// of several events is put at once: the flusher then lingers for the
+/// writers it released, and the next record may be a while.
+#[tokio::test]
+async fn a_lone_writers_snapshots_are_unhurried_and_a_groups_are_not() {
+    let bucket = Probe::new();
+    let a = actor("haste");
+    let config = StoreConfig {
+        snapshot_log_records: 2,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", config).await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    event(&mut s, &["INSERT INTO t VALUES (0)"]).await.unwrap();
+    s.flush().await.unwrap();
+    let snapshot = |seq| keys().actor_snapshot(&a, seq);
+    assert_eq!(bucket.snapshot_puts(), [(snapshot(2), true)]);
+
+    // Record 3 is held with three events queued behind it: record 4 holds
+    // all three, and its snapshot goes at once.
+    bucket.hold_log_puts();
+    let first = event(&mut s, &["INSERT INTO t VALUES (1)"]);
+    bucket.log_puts_entered(3).await;
+    let later: Vec<_> = (2..=4)
+        .map(|i| event(&mut s, &[&format!("INSERT INTO t VALUES ({i})")]))
+        .collect();
+    bucket.release();
+    first.await.unwrap();
+    for gate in later {
+        gate.await.unwrap();
+    }
+    s.flush().await.unwrap();
+    assert_eq!(
+        bucket.snapshot_puts(),
+        [(snapshot(2), true), (snapshot(4), false)]
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_next_record_lingers_for_the_writers_the_last_one_released() {
     // A bucket that takes 1 ms (virtual time) per request.

@@ -31,6 +31,8 @@ pub struct Probe {
     hold: Mutex<Option<Arc<Semaphore>>>,
     /// How many log puts have reached the bucket (held or not).
     log_puts_entered: watch::Sender<u64>,
+    /// Every snapshot put: its key, and whether it was unhurried.
+    snapshot_puts: Mutex<Vec<(String, bool)>>,
 }
 
 impl Probe {
@@ -44,6 +46,7 @@ impl Probe {
             counts: Counts::default(),
             hold: Mutex::new(None),
             log_puts_entered: watch::channel(0).0,
+            snapshot_puts: Mutex::new(Vec::new()),
         })
     }
 
@@ -90,6 +93,18 @@ impl Probe {
             .expect("sender lives in self");
     }
 
+    /// Every snapshot put so far: its key, and whether it was unhurried.
+    pub fn snapshot_puts(&self) -> Vec<(String, bool)> {
+        self.snapshot_puts.lock().clone()
+    }
+
+    fn note_put(&self, key: &str, unhurried: bool) {
+        self.counts.puts.fetch_add(1, Ordering::SeqCst);
+        if key.contains("/snap/") {
+            self.snapshot_puts.lock().push((key.to_owned(), unhurried));
+        }
+    }
+
     pub fn keys_under(&self, prefix: &str) -> Vec<String> {
         self.inner
             .keys()
@@ -110,7 +125,7 @@ impl Bucket for Probe {
         self.inner.head(key).await
     }
     async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.counts.puts.fetch_add(1, Ordering::SeqCst);
+        self.note_put(key, false);
         if key.contains("/log/") {
             self.log_puts_entered.send_modify(|v| *v += 1);
             let hold = self.hold.lock().clone();
@@ -119,6 +134,10 @@ impl Bucket for Probe {
             }
         }
         self.inner.put_if_absent(key, bytes).await
+    }
+    async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.note_put(key, true);
+        self.inner.put_if_absent_unhurried(key, bytes).await
     }
     async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
         self.counts.puts.fetch_add(1, Ordering::SeqCst);
