@@ -3074,24 +3074,23 @@ mod tests {
         assert_eq!(accessed, long_ago, "the read updated the access time");
     }
 
-    fn delete_of(key: &str) -> WriteRequest {
+    fn request_of(key: &str, op: WriteOp, unhurried: bool) -> WriteRequest {
         let (reply, _) = oneshot::channel();
         WriteRequest {
             key: key.to_owned(),
-            op: WriteOp::Delete,
-            unhurried: false,
+            op,
+            unhurried,
             reply,
         }
     }
 
+    fn delete_of(key: &str) -> WriteRequest {
+        request_of(key, WriteOp::Delete, false)
+    }
+
     fn unhurried_put_of(key: &str) -> WriteRequest {
-        let (reply, _) = oneshot::channel();
-        WriteRequest {
-            key: key.to_owned(),
-            op: WriteOp::PutIfAbsent(Bytes::from_static(b"snapshot")),
-            unhurried: true,
-            reply,
-        }
+        let body = Bytes::from_static(b"snapshot");
+        request_of(key, WriteOp::PutIfAbsent(body), true)
     }
 
     fn quick_arrivals() -> Arrivals {
@@ -3104,6 +3103,16 @@ mod tests {
 
     fn keys_of(batch: &[WriteRequest]) -> Vec<&str> {
         batch.iter().map(|r| r.key.as_str()).collect()
+    }
+
+    /// The keys of the next batch, which must come.
+    fn next_keys(
+        arrivals: &mut Arrivals,
+        receiver: &mut mpsc::Receiver<WriteRequest>,
+        wait_max: Duration,
+    ) -> Vec<String> {
+        let batch = arrivals.next_batch(receiver, wait_max).expect("a batch");
+        keys_of(&batch).into_iter().map(str::to_owned).collect()
     }
 
     /// While writes come quickly, unhurried writes wait for a write in a
@@ -3140,27 +3149,24 @@ mod tests {
     #[test]
     fn unhurried_writes_go_alone_when_nothing_comes() {
         let (sender, mut receiver) = mpsc::channel(8);
-        let mut sleeping = Arrivals::default();
+        let long = Duration::from_secs(60);
         sender.try_send(unhurried_put_of("snap/1")).expect("queued");
-        let batch = sleeping
-            .next_batch(&mut receiver, Duration::from_secs(60))
-            .expect("a batch");
-        assert_eq!(keys_of(&batch), ["snap/1"], "not polling: no wait");
+        let keys = next_keys(&mut Arrivals::default(), &mut receiver, long);
+        assert_eq!(keys, ["snap/1"], "not polling: no wait");
 
-        let mut quick = quick_arrivals();
         sender.try_send(unhurried_put_of("snap/2")).expect("queued");
-        let batch = quick
-            .next_batch(&mut receiver, Duration::from_millis(1))
-            .expect("a batch");
-        assert_eq!(keys_of(&batch), ["snap/2"], "the wait has a limit");
+        let keys = next_keys(
+            &mut quick_arrivals(),
+            &mut receiver,
+            Duration::from_millis(1),
+        );
+        assert_eq!(keys, ["snap/2"], "the wait has a limit");
 
         let mut quick = quick_arrivals();
         sender.try_send(unhurried_put_of("snap/3")).expect("queued");
         drop(sender);
-        let batch = quick
-            .next_batch(&mut receiver, Duration::from_secs(60))
-            .expect("a batch");
-        assert_eq!(keys_of(&batch), ["snap/3"], "the queue ended");
+        let keys = next_keys(&mut quick, &mut receiver, long);
+        assert_eq!(keys, ["snap/3"], "the queue ended");
         assert!(quick.next_batch(&mut receiver, Duration::ZERO).is_none());
     }
 
@@ -3241,12 +3247,11 @@ mod tests {
     fn the_committer_takes_queued_writes_and_stops_at_the_end_either_way() {
         for polling in [false, true] {
             let (sender, mut receiver) = mpsc::channel(4);
-            let mut arrivals = Arrivals::default();
-            if polling {
-                for _ in 0..4 {
-                    arrivals.note(Duration::ZERO);
-                }
-            }
+            let mut arrivals = if polling {
+                quick_arrivals()
+            } else {
+                Arrivals::default()
+            };
             assert_eq!(arrivals.polls(), polling);
             sender.try_send(delete_of("a")).expect("queued");
             let first = arrivals.next(&mut receiver).expect("the queued write");
