@@ -483,9 +483,21 @@ enum WriteOp {
 struct WriteRequest {
     key: String,
     op: WriteOp,
-    /// The caller is in no hurry ([`Bucket::put_if_absent_unhurried`]).
+    /// The caller is in no hurry ([`Bucket::put_if_absent_unhurried`],
+    /// [`Bucket::delete_all_not_durable`]).
     unhurried: bool,
     reply: oneshot::Sender<Result<Option<ObjectMeta>>>,
+}
+
+/// Where the committer sends its answer to one write.
+type Answer = oneshot::Receiver<Result<Option<ObjectMeta>>>;
+
+/// A write whose answer never came: it was queued, so it may have applied.
+fn committer_died(key: &str) -> Error {
+    Error::OutcomeUnknown {
+        key: key.to_owned(),
+        reason: "the folder committer stopped".to_owned(),
+    }
 }
 
 fn io_unavailable(key: &str, what: &str, e: &io::Error) -> Error {
@@ -879,15 +891,23 @@ impl FolderBucket {
     ) -> Result<Option<ObjectMeta>> {
         validate_key(key)?;
         check_not_reserved(key)?;
-        let (reply, answer) = oneshot::channel();
-        let unavailable = || Error::Unavailable {
-            key: key.to_owned(),
-            reason: "the folder committer stopped".to_owned(),
-        };
         // An unhurried write neither polls for its answer nor keeps the one
         // write that waits with it from polling (ADR 0032): it is answered
         // with that write's batch.
         let _in_flight = (!unhurried).then(|| self.polling.write_sent());
+        let answer = self.send(key, op, unhurried).await?;
+        let answered = if unhurried {
+            answer.await
+        } else {
+            self.polling.answer(answer).await
+        };
+        answered.map_err(|_| committer_died(key))?
+    }
+
+    /// Queues a write (its key checked) for the committer: the receiver of
+    /// its answer.
+    async fn send(&self, key: &str, op: WriteOp, unhurried: bool) -> Result<Answer> {
+        let (reply, answer) = oneshot::channel();
         self.queue
             .send(WriteRequest {
                 key: key.to_owned(),
@@ -896,17 +916,11 @@ impl FolderBucket {
                 reply,
             })
             .await
-            .map_err(|_| unavailable())?;
-        let answered = if unhurried {
-            answer.await
-        } else {
-            self.polling.answer(answer).await
-        };
-        // A dropped reply after enqueueing: the committer died mid-batch.
-        answered.map_err(|_| Error::OutcomeUnknown {
-            key: key.to_owned(),
-            reason: "the folder committer stopped".to_owned(),
-        })?
+            .map_err(|_| Error::Unavailable {
+                key: key.to_owned(),
+                reason: "the folder committer stopped".to_owned(),
+            })?;
+        Ok(answer)
     }
 
     /// Runs `read` on this thread as [`Reader::Inline`] and, if that would
@@ -1111,8 +1125,27 @@ impl Bucket for FolderBucket {
         self.write(key, WriteOp::Delete).await.map(drop)
     }
 
-    async fn delete_not_durable(&self, key: &str) -> Result<()> {
-        self.write(key, WriteOp::DeleteNotDurable).await.map(drop)
+    /// All queued before the first answer is awaited, unhurried: they go to
+    /// the committer together and join the batch of the next write in a
+    /// hurry rather than take one of their own (ADR 0042). They neither
+    /// poll for their answers nor count as writes in flight, so a lone
+    /// writer's record still polls for its own while they are out.
+    async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
+        for key in keys {
+            validate_key(key)?;
+            check_not_reserved(key)?;
+        }
+        let mut answers = Vec::with_capacity(keys.len());
+        for key in keys {
+            answers.push(self.send(key, WriteOp::DeleteNotDurable, true).await?);
+        }
+        for (key, answer) in keys.iter().zip(answers) {
+            match answer.await.map_err(|_| committer_died(key))? {
+                Ok(_) | Err(Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     fn short_lived_objects_are_cheap(&self) -> bool {
@@ -1799,7 +1832,7 @@ impl Arrivals {
                 Err(_) => break,
             }
         }
-        if !self.polls() || !batch.iter().all(|r| r.unhurried) {
+        if !self.polls() || !waits_for_a_hurried_write(&batch) {
             return Some(batch);
         }
         let started = Instant::now();
@@ -1842,6 +1875,17 @@ impl Arrivals {
         self.note(started.elapsed());
         request
     }
+}
+
+/// Whether a batch is worth holding back for a write in a hurry: it is all
+/// unhurried, and something in it needs a flush to share. Deletes that
+/// need not be durable are flushed for nobody, so a batch of those alone
+/// (a compaction step, ADR 0042) goes at once.
+fn waits_for_a_hurried_write(batch: &[WriteRequest]) -> bool {
+    batch.iter().all(|r| r.unhurried)
+        && batch
+            .iter()
+            .any(|r| !matches!(r.op, WriteOp::DeleteNotDurable))
 }
 
 impl Committer {
@@ -3168,6 +3212,26 @@ mod tests {
         let keys = next_keys(&mut quick, &mut receiver, long);
         assert_eq!(keys, ["snap/3"], "the queue ended");
         assert!(quick.next_batch(&mut receiver, Duration::ZERO).is_none());
+    }
+
+    /// Only a batch of unhurried writes with something to flush waits for a
+    /// write in a hurry; a compaction step's deletes alone do not.
+    #[test]
+    fn only_unhurried_writes_with_a_flush_to_share_wait_for_a_hurried_one() {
+        let forget = |key: &str| request_of(key, WriteOp::DeleteNotDurable, true);
+        assert!(waits_for_a_hurried_write(&[unhurried_put_of("snap/1")]));
+        assert!(waits_for_a_hurried_write(&[
+            forget("log/1"),
+            unhurried_put_of("snap/1")
+        ]));
+        assert!(!waits_for_a_hurried_write(&[
+            forget("log/1"),
+            forget("log/2")
+        ]));
+        assert!(!waits_for_a_hurried_write(&[
+            unhurried_put_of("snap/1"),
+            delete_of("log/1")
+        ]));
     }
 
     /// The committer polls for its next write only while most recent writes

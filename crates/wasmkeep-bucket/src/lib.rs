@@ -129,6 +129,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Longest page a listing returns.
 pub const LIST_PAGE_OBJECTS_MAX: usize = 1000;
 
+/// Deletes [`Bucket::delete_all_not_durable`] has in flight at once on a
+/// backend without a bulk delete.
+pub const DELETES_IN_FLIGHT_MAX: usize = 16;
+
 /// The operations wasmkeep needs from an object store.
 ///
 /// Every write is durable when it returns `Ok`. Conditional writes are atomic:
@@ -163,13 +167,38 @@ pub trait Bucket: Send + Sync + fmt::Debug + 'static {
     /// Deletes the object; deleting a missing key is not an error.
     async fn delete(&self, key: &str) -> Result<()>;
 
-    /// Deletes an object whose removal need not survive a crash: after one,
-    /// the object may exist again (the store's compaction deletes records a
-    /// durable snapshot covers; one that comes back is ignored). Backends
-    /// where every delete is durable anyway just delete; the folder bucket
-    /// skips the folder sync. Wrappers must forward it.
-    async fn delete_not_durable(&self, key: &str) -> Result<()> {
-        self.delete(key).await
+    /// Deletes `keys`, whose removal need not survive a crash: after one,
+    /// any of them may exist again (the store's compaction deletes records a
+    /// durable snapshot covers; one that comes back is ignored). Missing
+    /// keys are not an error. Every key is checked before any is deleted.
+    ///
+    /// Where a backend can, the keys go as one request, in no hurry (ADR
+    /// 0042): the folder bucket takes them into one batch of its committer,
+    /// which flushes nothing for their sake; S3 sends one `DeleteObjects`
+    /// per 1,000 keys. Others delete them [`DELETES_IN_FLIGHT_MAX`] at a
+    /// time. On an error some keys may be deleted and others not. Wrappers
+    /// must forward it.
+    async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
+        use futures::StreamExt as _;
+        for key in keys {
+            key::validate_key(key)?;
+        }
+        // Collected first: a stream mapped by a closure over borrowed keys
+        // is not `Send` for every lifetime, as `async_trait` needs.
+        let deletes: Vec<_> = keys
+            .iter()
+            .map(|key| async move {
+                match self.delete(key).await {
+                    Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            })
+            .collect();
+        let mut deletes = futures::stream::iter(deletes).buffer_unordered(DELETES_IN_FLIGHT_MAX);
+        while let Some(deleted) = deletes.next().await {
+            deleted?;
+        }
+        Ok(())
     }
 
     /// Whether an object written and deleted again within moments costs

@@ -262,6 +262,30 @@ impl Bucket for S3Bucket {
         }
     }
 
+    /// One `DeleteObjects` per 1,000 keys (S3 reports a missing key as
+    /// deleted), instead of a request per key.
+    async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
+        let Some(first) = keys.first() else {
+            return Ok(());
+        };
+        let paths = keys
+            .iter()
+            .map(|key| self.path(key).map(Ok::<_, object_store::Error>))
+            .collect::<Result<Vec<_>>>()?;
+        let mut deleted = self
+            .retrying
+            .delete_stream(futures::stream::iter(paths).boxed());
+        while let Some(result) = deleted.next().await {
+            match result {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                // A failure names its key in its message; the first key
+                // stands for the call.
+                Err(e) => return Err(map_error(first, e, false)),
+            }
+        }
+        Ok(())
+    }
+
     async fn delete_if_match(&self, key: &str, _etag: &Etag) -> Result<()> {
         validate_key(key)?;
         Err(Error::Unsupported(

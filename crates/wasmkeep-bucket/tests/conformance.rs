@@ -174,14 +174,40 @@ mod cases {
             .put_if_absent(&key, Bytes::from_static(b"again"))
             .await
             .context("key reusable after delete")?;
-        // A delete that need not be durable removes the object just as well
-        // (only its survival of a crash is not promised); a missing key is fine.
-        f.bucket.delete_not_durable(&key).await?;
-        ensure!(matches!(
-            f.bucket.get(&key).await,
-            Err(Error::NotFound { .. })
-        ));
-        f.bucket.delete_not_durable(&key).await?;
+        Ok(())
+    }
+
+    /// A delete that need not be durable removes the objects just as well
+    /// (only their survival of a crash is not promised), as one request
+    /// where the backend can. Missing keys are fine; a bad key among them
+    /// is refused before anything is deleted.
+    pub async fn delete_all_not_durable_removes_every_key(f: &Fixture) -> anyhow::Result<()> {
+        // More than one committer batch (the folder) and a missing key.
+        let keys: Vec<String> = (0..300).map(|i| f.key(&format!("many/{i:04}"))).collect();
+        for key in &keys[..299] {
+            f.bucket.put(key, Bytes::from_static(b"x")).await?;
+        }
+        let kept = f.key("many-kept");
+        f.bucket.put(&kept, Bytes::from_static(b"k")).await?;
+        let mut with_bad = keys[..2].to_vec();
+        with_bad.push(format!("{}../escape", f.prefix));
+        let r = f.bucket.delete_all_not_durable(&with_bad).await;
+        ensure!(
+            matches!(r, Err(Error::InvalidKey { .. })),
+            "a bad key among many: {r:?}"
+        );
+        ensure!(
+            f.bucket.get(&keys[0]).await.is_ok(),
+            "a refused call deleted a key"
+        );
+        f.bucket.delete_all_not_durable(&keys).await?;
+        ensure!(
+            f.bucket.list(&f.key("many/")).await?.is_empty(),
+            "keys left after delete_all_not_durable"
+        );
+        ensure!(f.bucket.get(&kept).await.is_ok(), "a key not named went");
+        f.bucket.delete_all_not_durable(&keys[..3]).await?;
+        f.bucket.delete_all_not_durable(&[]).await?;
         Ok(())
     }
 
@@ -432,6 +458,7 @@ macro_rules! backend_suite {
             case!(put_if_match_needs_the_current_etag);
             case!(etag_changes_on_each_write);
             case!(delete_removes_the_object);
+            case!(delete_all_not_durable_removes_every_key);
             case!(delete_if_match_needs_the_current_etag);
             case!(list_is_sorted_and_limited_to_the_prefix);
             case!(list_pages_through_more_than_one_page);
@@ -629,7 +656,9 @@ fn folder_child_process() -> anyhow::Result<()> {
                             bucket.put(key, big_body(key)).await?;
                         }
                         ["delete", key] => bucket.delete(key).await?,
-                        ["forget", key] => bucket.delete_not_durable(key).await?,
+                        ["forget", key] => {
+                            bucket.delete_all_not_durable(&[(*key).to_owned()]).await?;
+                        }
                         other => anyhow::bail!("unknown command {other:?}"),
                     }
                     eprintln!("OK");

@@ -75,8 +75,8 @@ impl Bucket for CountingBucket {
     async fn delete(&self, key: &str) -> Result<()> {
         counted!(self, "delete", self.inner.delete(key))
     }
-    async fn delete_not_durable(&self, key: &str) -> Result<()> {
-        counted!(self, "delete", self.inner.delete_not_durable(key))
+    async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
+        counted!(self, "delete_all", self.inner.delete_all_not_durable(keys))
     }
     fn short_lived_objects_are_cheap(&self) -> bool {
         self.inner.short_lived_objects_are_cheap()

@@ -87,9 +87,10 @@ impl Bucket for Counting {
         self.count();
         self.inner.delete(key).await
     }
-    async fn delete_not_durable(&self, key: &str) -> wasmkeep_bucket::Result<()> {
+    /// One request, as S3's `DeleteObjects` counts (up to 1,000 keys).
+    async fn delete_all_not_durable(&self, keys: &[String]) -> wasmkeep_bucket::Result<()> {
         self.count();
-        self.inner.delete_not_durable(key).await
+        self.inner.delete_all_not_durable(keys).await
     }
     fn short_lived_objects_are_cheap(&self) -> bool {
         self.inner.short_lived_objects_are_cheap()

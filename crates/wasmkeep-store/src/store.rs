@@ -1349,8 +1349,8 @@ async fn compact(
     let start = progress.borrow_and_update().durable_seq;
     // Sixteen at a time (one batch for the folder bucket's committer), the
     // n-th sixteen once n x 16 records were written since.
-    for (n, chunk) in records.chunks(COMPACTION_DELETES_IN_FLIGHT).enumerate() {
-        let done = n * COMPACTION_DELETES_IN_FLIGHT;
+    for (n, chunk) in records.chunks(COMPACTION_DELETES_PER_STEP).enumerate() {
+        let done = n * COMPACTION_DELETES_PER_STEP;
         if !paced(&mut progress, slot, start + done as u64).await {
             delete_all(bucket, records[done..].iter().map(record_key).collect()).await?;
             break;
@@ -1415,30 +1415,17 @@ async fn paced(progress: &mut watch::Receiver<Progress>, slot: &SnapshotSlot, du
     }
 }
 
-async fn delete_one(bucket: &dyn Bucket, key: &str) -> Result<()> {
-    match bucket.delete_not_durable(key).await {
-        Ok(()) | Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Deletes `keys`, [`COMPACTION_DELETES_IN_FLIGHT`] at a time.
+/// Deletes `keys` as one bucket request where the bucket can
+/// ([`Bucket::delete_all_not_durable`]).
 async fn delete_all(bucket: &dyn Bucket, keys: Vec<String>) -> Result<()> {
-    use futures::StreamExt as _;
-    let deletes: Vec<_> = keys
-        .into_iter()
-        .map(|key| async move { delete_one(bucket, &key).await })
-        .collect();
-    let mut deletes = futures::stream::iter(deletes).buffer_unordered(COMPACTION_DELETES_IN_FLIGHT);
-    while let Some(deleted) = deletes.next().await {
-        deleted?;
+    if keys.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    Ok(bucket.delete_all_not_durable(&keys).await?)
 }
 
-/// Deletes one compaction runs at once, and how many go per step when it
-/// is paced.
-const COMPACTION_DELETES_IN_FLIGHT: usize = 16;
+/// How many records a paced compaction deletes per step.
+const COMPACTION_DELETES_PER_STEP: usize = 16;
 /// A paced compaction (see [`compact`]) of an actor that wrote nothing for
 /// this long deletes the rest at once.
 const COMPACTION_IDLE: Duration = Duration::from_secs(1);

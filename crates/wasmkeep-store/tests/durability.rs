@@ -4,6 +4,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -663,6 +664,34 @@ async fn compaction_deletes_covered_records_as_records_are_written_and_the_rest_
     assert_eq!(logs.len() as u64, written_since);
     let mut s = open_with(&bucket, &a, "n1", cfg).await;
     assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 120);
+}
+
+/// Compaction hands the bucket each step's records as one request (the
+/// folder bucket takes them in one batch, S3 in one `DeleteObjects`), not
+/// a request per record.
+#[tokio::test]
+async fn compaction_deletes_each_steps_records_in_one_request() {
+    let bucket = Probe::new();
+    let a = actor("bulk");
+    let cfg = StoreConfig {
+        snapshot_log_records: 64,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    for i in 0..200 {
+        event(&mut s, &[&format!("INSERT INTO t VALUES ({i})")])
+            .await
+            .unwrap();
+    }
+    s.close().await;
+    let deletes = bucket.counts.deletes.load(Ordering::SeqCst);
+    let calls = bucket.counts.delete_calls.load(Ordering::SeqCst);
+    assert!(deletes >= 128, "{deletes} keys deleted");
+    assert!(
+        calls >= 1 && calls * 8 <= deletes,
+        "{deletes} keys deleted in {calls} requests"
+    );
 }
 
 /// Compaction lists the actor's keys only at its first run after the store

@@ -21,6 +21,8 @@ pub struct Counts {
     pub puts: AtomicU64,
     pub lists: AtomicU64,
     pub deletes: AtomicU64,
+    /// Calls of `delete_all_not_durable` (their keys count in `deletes`).
+    pub delete_calls: AtomicU64,
 }
 
 /// Counts every request and can hold log-record puts.
@@ -150,6 +152,13 @@ impl Bucket for Probe {
     async fn delete(&self, key: &str) -> Result<()> {
         self.counts.deletes.fetch_add(1, Ordering::SeqCst);
         self.inner.delete(key).await
+    }
+    async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
+        self.counts.delete_calls.fetch_add(1, Ordering::SeqCst);
+        self.counts
+            .deletes
+            .fetch_add(keys.len() as u64, Ordering::SeqCst);
+        self.inner.delete_all_not_durable(keys).await
     }
     async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
         self.counts.deletes.fetch_add(1, Ordering::SeqCst);
