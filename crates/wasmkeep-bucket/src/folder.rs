@@ -1125,11 +1125,12 @@ impl Bucket for FolderBucket {
         self.write(key, WriteOp::Delete).await.map(drop)
     }
 
-    /// All queued before the first answer is awaited, unhurried: they go to
-    /// the committer together and join the batch of the next write in a
-    /// hurry rather than take one of their own (ADR 0042). They neither
-    /// poll for their answers nor count as writes in flight, so a lone
-    /// writer's record still polls for its own while they are out.
+    /// All queued before the first answer is awaited, unhurried (ADR 0042):
+    /// they reach the committer together, in one batch or with the writes
+    /// queued beside them, and a batch of them alone goes at once (nothing
+    /// in it is flushed). They neither poll for their answers nor count as
+    /// writes in flight, so a lone writer's record still polls for its own
+    /// while they are out.
     async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
         for key in keys {
             validate_key(key)?;
