@@ -159,6 +159,83 @@ async fn a_read_waits_for_the_pending_write_it_may_have_seen() {
     write.await.unwrap();
 }
 
+/// What each delivery was told, in the order they ran.
+type Delivered = Arc<parking_lot::Mutex<Vec<(&'static str, bool)>>>;
+
+fn deliver_to(
+    out: &Delivered,
+    name: &'static str,
+) -> impl FnOnce(wasmkeep_store::Result<()>) + Send + 'static {
+    let out = Arc::clone(out);
+    move |durable| out.lock().push((name, durable.is_ok()))
+}
+
+/// An event's delivery runs once its record is durable, after every
+/// earlier event's and from the flusher (no task waits for it); with
+/// nothing pending, at once. `deliveries_at_most(0)` ends when all are out.
+#[tokio::test]
+async fn deliveries_run_in_event_order_once_their_records_are_durable() {
+    let bucket = Probe::new();
+    let a = actor("deliver");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    let out: Delivered = Arc::default();
+
+    s.begin_event().unwrap();
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 0);
+    s.commit_event().unwrap().on_open(deliver_to(&out, "read"));
+    assert_eq!(*out.lock(), [("read", true)], "nothing pending: at once");
+
+    bucket.hold_log_puts();
+    event(&mut s, &["INSERT INTO t VALUES (1)"]).on_open(deliver_to(&out, "first"));
+    bucket.log_puts_entered(2).await; // its record is in flight, held
+    event(&mut s, &["INSERT INTO t VALUES (2)"]).on_open(deliver_to(&out, "second"));
+    s.begin_event().unwrap();
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 2);
+    s.commit_event()
+        .unwrap()
+        .on_open(deliver_to(&out, "read again"));
+    assert_eq!(out.lock().len(), 1, "nothing out before its record");
+    assert_eq!(s.deliveries_waiting(), 3);
+
+    bucket.release();
+    s.deliveries_at_most(0).await;
+    assert_eq!(
+        *out.lock(),
+        [
+            ("read", true),
+            ("first", true),
+            ("second", true),
+            ("read again", true)
+        ]
+    );
+    assert_eq!(s.deliveries_waiting(), 0);
+}
+
+/// A fenced store fails the delivery of the record that lost, and of every
+/// event after it, at once.
+#[tokio::test]
+async fn a_fenced_record_fails_its_delivery_and_every_later_one() {
+    let bucket = Probe::new();
+    let a = actor("deliver-fenced");
+    let mut first = open(&bucket, &a, "n1").await;
+    event(&mut first, &["CREATE TABLE t (x)"]).await.unwrap();
+    let mut second = open(&bucket, &a, "n2").await;
+    event(&mut first, &["INSERT INTO t VALUES (1)"])
+        .await
+        .unwrap();
+
+    let out: Delivered = Arc::default();
+    bucket.hold_log_puts();
+    event(&mut second, &["INSERT INTO t VALUES (2)"]).on_open(deliver_to(&out, "lost"));
+    bucket.log_puts_entered(3).await;
+    event(&mut second, &["INSERT INTO t VALUES (3)"]).on_open(deliver_to(&out, "after"));
+    bucket.release();
+    second.deliveries_at_most(0).await;
+    assert_eq!(*out.lock(), [("lost", false), ("after", false)]);
+    assert!(second.is_fenced());
+}
+
 #[tokio::test]
 async fn group_commit_puts_events_committed_during_a_write_into_one_record() {
     let bucket = Probe::new();
