@@ -4,14 +4,14 @@
 //! the actor over (hibernation, shutdown, a broken store).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use wasmkeep_bucket::Etag;
 use wasmkeep_cluster::{AcquireOutcome, LeaseReturn, planted};
 use wasmkeep_runtime::{EventError, Message, Request, Response};
-use wasmkeep_store::{ActorStore, WriterId};
+use wasmkeep_store::{ActorStore, OutputGate, WriterId};
 use wasmkeep_types::ActorId;
 use wasmkeep_types::heartbeat::DrainState;
 
@@ -63,8 +63,9 @@ pub(crate) enum Job {
     },
 }
 
-/// A finished event's output, delivered once its output gate opens.
+/// A finished event waiting for its output gate.
 struct Release {
+    gate: OutputGate,
     reply: Option<(Reply, Response)>,
     sends: Vec<(u64, Outgoing)>,
     started: Instant,
@@ -74,6 +75,13 @@ struct Active {
     instance: Box<dyn GuestInstance>,
     /// The etag of this node's ownership record, needed to release it.
     hold: Etag,
+    /// Boxed: a channel allocates its first block of 32 slots up front, and
+    /// a slot the size of a `Release` would cost every resident actor ~5 KiB.
+    release_tx: mpsc::Sender<Box<Release>>,
+    releaser: tokio::task::JoinHandle<()>,
+    /// Releases sent to the releaser and not yet delivered: while none
+    /// are, an event whose gate is open is delivered by the mailbox itself.
+    releasing: Arc<AtomicUsize>,
     /// Set when the actor leaves for a move: told how the hand-over went.
     move_reply: Option<crate::moves::MoveReply>,
     /// Jobs run since the activation, counted up to 2: after only one, the
@@ -209,11 +217,22 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
     if let Some(at_ms) = alarm {
         node.timer.follow(actor, Some(at_ms));
     }
+    let (release_tx, release_rx) = mpsc::channel(node.config.limits.mailbox_events_max);
+    let releasing = Arc::new(AtomicUsize::new(0));
+    let releaser = tokio::spawn(releaser(
+        Arc::clone(node),
+        Arc::clone(stub),
+        release_rx,
+        Arc::clone(&releasing),
+    ));
     node.metrics.activations.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(%actor, "activated");
     Ok(Active {
         instance,
         hold,
+        release_tx,
+        releaser,
+        releasing,
         move_reply: None,
         jobs_run: 0,
     })
@@ -252,6 +271,23 @@ fn fail_job(node: &Arc<Node>, job: Job, error: &Error) {
             node.timer.set(node.clock.wall_ms() + 1000, fire);
         }
         _ => {}
+    }
+}
+
+/// Releases responses and socket writes in event order, each once its
+/// output gate opens.
+async fn releaser(
+    node: Arc<Node>,
+    stub: Arc<Stub>,
+    mut rx: mpsc::Receiver<Box<Release>>,
+    releasing: Arc<AtomicUsize>,
+) {
+    while let Some(mut release) = rx.recv().await {
+        let durable = (&mut release.gate).await;
+        deliver(&node, &stub, *release, durable);
+        // After the delivery: the mailbox delivers an open event itself
+        // only once every earlier one is out.
+        releasing.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -440,22 +476,22 @@ async fn commit(
                 node.timer.follow(&stub.id, alarm_after);
             }
             let release = Release {
+                gate,
                 reply,
                 sends,
                 started,
             };
-            // Out in event order once the gate opens: at once for an event
-            // that wrote nothing and saw only durable data (WebSocket
-            // echoes, reads) with nothing earlier held back; otherwise from
-            // the store's flusher, as soon as the record is durable.
-            let (node_for, stub_for) = (Arc::clone(node), Arc::clone(stub));
-            gate.on_open(move |durable| deliver(&node_for, &stub_for, release, durable));
-            // A mailbox whose events outrun the bucket stops taking more
-            // until fewer outputs wait.
-            let max = node.config.limits.mailbox_events_max;
-            let store = &mut host(&mut active.instance).store;
-            if store.deliveries_waiting() > max {
-                store.deliveries_at_most(max).await;
+            // An event that wrote nothing and saw only durable data, with
+            // no earlier event's output still held back: out at once,
+            // without the releaser task in between (WebSocket echoes,
+            // reads).
+            if release.gate.is_open() && active.releasing.load(Ordering::Acquire) == 0 {
+                deliver(node, stub, release, Ok(()));
+                return;
+            }
+            active.releasing.fetch_add(1, Ordering::Relaxed);
+            if active.release_tx.send(Box::new(release)).await.is_err() {
+                stub.mark_broken();
             }
         }
         Err(e) => {
@@ -625,11 +661,14 @@ async fn hand_over(
     let Active {
         mut instance,
         hold,
+        release_tx,
+        releaser,
+        releasing: _,
         move_reply,
         jobs_run: _,
     } = active;
-    // Every output is out (or failed) before the actor leaves.
-    host(&mut instance).store.deliveries_at_most(0).await;
+    drop(release_tx);
+    let _ = releaser.await;
     if healthy && let Err(e) = host(&mut instance).store.flush().await {
         tracing::warn!(actor = %stub.id, error = %e, "flush at hand-over failed");
     }

@@ -116,7 +116,6 @@ struct Shared {
     state: Mutex<FlushState>,
     wake: Notify,
     progress: watch::Sender<Progress>,
-    deliveries: Mutex<Deliveries>,
 }
 
 impl Shared {
@@ -139,146 +138,46 @@ impl Shared {
     }
 }
 
-/// What runs once an event's writes are durable (`Ok`) or their record
-/// failed (`Err`): the delivery of the event's output (see
-/// [`OutputGate::on_open`]).
-type Delivery = Box<dyn FnOnce(Result<()>) + Send>;
-
-/// Deliveries waiting for their records, in event order.
-#[derive(Default)]
-struct Deliveries {
-    /// (record whose durability opens it, delivery); the records never
-    /// decrease from front to back.
-    waiting: VecDeque<(u64, Delivery)>,
-    /// Every record up to this one is durable: it moves with the deliveries
-    /// it opens, under this lock, so that none is left behind.
-    durable_seq: u64,
-    failure: Option<Failure>,
-    /// The flusher has exited: nothing opens the waiting deliveries any more.
-    finished: bool,
-}
-
-impl Shared {
-    /// Runs the deliveries whose records are durable now (`durable_seq`),
-    /// or, once a record failed or the flusher exited, every one left (in
-    /// order, under the lock: a delivery asked for meanwhile waits its turn).
-    /// The flusher calls it before it publishes the progress, so whoever
-    /// watches the progress finds the deliveries done.
-    fn deliver(&self, durable_seq: u64) {
-        let mut d = self.deliveries.lock();
-        d.durable_seq = d.durable_seq.max(durable_seq);
-        while d.waiting.front().is_some_and(|(t, _)| *t <= d.durable_seq) {
-            let (_, delivery) = d.waiting.pop_front().expect("checked just above");
-            delivery(Ok(()));
-        }
-    }
-
-    /// After a failure or the flusher's end: every waiting delivery fails.
-    fn fail_deliveries(&self, failure: Option<&Failure>) {
-        let mut d = self.deliveries.lock();
-        if let Some(f) = failure {
-            d.failure = Some(f.clone());
-        }
-        d.finished = true;
-        while let Some((_, delivery)) = d.waiting.pop_front() {
-            delivery(Err(self.closing_error(failure)));
-        }
-    }
-
-    fn closing_error(&self, failure: Option<&Failure>) -> Error {
-        match failure {
-            Some(f) => self.error_for(f),
-            None => Error::Closed,
-        }
-    }
-}
-
 /// Resolves when every write up to and including its event is durable
 /// (`Ok`), or when the record holding them failed (`Err`).
 pub struct OutputGate {
-    shared: Arc<Shared>,
-    /// The record that opens the gate; `None`: open from the start.
-    target: Option<u64>,
-    /// The wait, made at the first poll.
-    wait: Option<BoxFuture<'static, Result<()>>>,
+    /// `None`: open from the start.
+    inner: Option<BoxFuture<'static, Result<()>>>,
 }
 
 impl OutputGate {
-    fn ready(shared: &Arc<Shared>) -> Self {
-        Self {
-            shared: Arc::clone(shared),
-            target: None,
-            wait: None,
-        }
+    fn ready() -> Self {
+        Self { inner: None }
     }
 
     /// Whether the gate was open when the event committed: the event wrote
     /// nothing, and everything it could have read was durable already.
     pub fn is_open(&self) -> bool {
-        self.target.is_none()
+        self.inner.is_none()
     }
 
     fn waiting(shared: &Arc<Shared>, target: u64) -> Self {
+        let mut rx = shared.progress.subscribe();
+        let shared = Arc::clone(shared);
         Self {
-            shared: Arc::clone(shared),
-            target: Some(target),
-            wait: None,
-        }
-    }
-
-    /// Runs `delivery` once the gate opens, after the deliveries of every
-    /// earlier gate of its store and in the order asked: at once when
-    /// nothing earlier waits and the gate is open (or its record failed),
-    /// or else from the store's flusher, as soon as the record is durable.
-    /// So an event's output goes out without a task of its own waiting for
-    /// the gate. A delivery must be quick and must not use the store.
-    pub fn on_open(self, delivery: impl FnOnce(Result<()>) + Send + 'static) {
-        let shared = &self.shared;
-        let mut d = shared.deliveries.lock();
-        let now = match self.target {
-            _ if !d.waiting.is_empty() => None,
-            None => Some(Ok(())),
-            Some(t) if t <= d.durable_seq => Some(Ok(())),
-            Some(t) => match &d.failure {
-                Some(f) if f.seq <= t => Some(Err(shared.error_for(f))),
-                _ if d.finished => Some(Err(Error::Closed)),
-                _ => None,
-            },
-        };
-        if let Some(result) = now {
-            // Under the lock: the flusher's deliveries cannot overtake it.
-            delivery(result);
-            return;
-        }
-        if d.finished {
-            // Waiting behind deliveries nobody will run: cannot happen (the
-            // flusher fails them all as it exits), but never hang.
-            delivery(Err(shared.closing_error(d.failure.as_ref())));
-            return;
-        }
-        let back = d.waiting.back().map_or(0, |(t, _)| *t);
-        let target = self.target.unwrap_or(back).max(back);
-        d.waiting.push_back((target, Box::new(delivery)));
-    }
-}
-
-/// Waits until every record up to `target` is durable, or one of them failed.
-async fn durable(shared: Arc<Shared>, target: u64) -> Result<()> {
-    let mut rx = shared.progress.subscribe();
-    loop {
-        {
-            let p = rx.borrow_and_update();
-            if p.durable_seq >= target {
-                return Ok(());
-            }
-            if let Some(f) = &p.failure
-                && f.seq <= target
-            {
-                return Err(shared.error_for(f));
-            }
-        }
-        if rx.changed().await.is_err() {
-            return Err(Error::Closed);
+            inner: Some(Box::pin(async move {
+                loop {
+                    {
+                        let p = rx.borrow_and_update();
+                        if p.durable_seq >= target {
+                            return Ok(());
+                        }
+                        if let Some(f) = &p.failure
+                            && f.seq <= target
+                        {
+                            return Err(shared.error_for(f));
+                        }
+                    }
+                    if rx.changed().await.is_err() {
+                        return Err(Error::Closed);
+                    }
+                }
+            })),
         }
     }
 }
@@ -286,14 +185,10 @@ async fn durable(shared: Arc<Shared>, target: u64) -> Result<()> {
 impl Future for OutputGate {
     type Output = Result<()>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(target) = self.target else {
-            return Poll::Ready(Ok(()));
-        };
-        let this = &mut *self;
-        let wait = this
-            .wait
-            .get_or_insert_with(|| Box::pin(durable(Arc::clone(&this.shared), target)));
-        wait.as_mut().poll(cx)
+        match &mut self.inner {
+            None => Poll::Ready(Ok(())),
+            Some(inner) => inner.as_mut().poll(cx),
+        }
     }
 }
 
@@ -510,10 +405,6 @@ impl ActorStore {
             config,
             wake: Notify::new(),
             progress,
-            deliveries: Mutex::new(Deliveries {
-                durable_seq: restored.last_seq,
-                ..Deliveries::default()
-            }),
         });
         let slot = Arc::new(SnapshotSlot::default());
         let background = tokio::spawn(snapshot_writer(Arc::clone(&shared), Arc::clone(&slot)));
@@ -847,7 +738,7 @@ impl ActorStore {
     fn gate_for_reader(&self) -> OutputGate {
         let last = self.shared.state.lock().next_seq - 1;
         if self.shared.progress.borrow().durable_seq >= last {
-            OutputGate::ready(&self.shared)
+            OutputGate::ready()
         } else {
             OutputGate::waiting(&self.shared, last)
         }
@@ -964,36 +855,6 @@ impl ActorStore {
         Ok(())
     }
 
-    /// Deliveries waiting for their gates (see [`OutputGate::on_open`]).
-    pub fn deliveries_waiting(&self) -> usize {
-        self.shared.deliveries.lock().waiting.len()
-    }
-
-    /// Waits until at most `max` deliveries wait for their gates: a mailbox
-    /// whose events outrun the bucket holds the output of at most that
-    /// many. With `0`, until every delivery asked for so far is done.
-    pub async fn deliveries_at_most(&mut self, max: usize) {
-        loop {
-            let target = {
-                let d = self.shared.deliveries.lock();
-                let n = d.waiting.len();
-                if n <= max {
-                    return;
-                }
-                d.waiting[n - max - 1].0
-            };
-            // The flusher runs the deliveries a record opens (or fails)
-            // before it publishes the progress this waits for.
-            if OutputGate::waiting(&self.shared, target).await.is_err()
-                && self.shared.deliveries.lock().waiting.len() > max
-            {
-                // Nothing can open them any more (cannot happen: the
-                // flusher fails them all as it exits).
-                return;
-            }
-        }
-    }
-
     /// True once another writer extended the log: stop serving this actor.
     pub fn is_fenced(&self) -> bool {
         matches!(
@@ -1042,8 +903,6 @@ fn check_statement_text(sql: &str) -> Result<(), SqlError> {
 
 async fn flusher(shared: Arc<Shared>, durable_alarm: Option<i64>, snapshots: Arc<SnapshotSlot>) {
     write_records(&shared, durable_alarm, &snapshots).await;
-    let failure = shared.state.lock().failure.clone();
-    shared.fail_deliveries(failure.as_ref());
     snapshots.finish();
 }
 
@@ -1148,7 +1007,6 @@ async fn write_records(
                     };
                     snapshots.offer(shared, snap);
                 }
-                shared.deliver(rec.seq);
                 shared.progress.send_modify(|p| p.durable_seq = rec.seq);
             }
             Err(kind) => {
@@ -1159,7 +1017,6 @@ async fn write_records(
                     st.failure = Some(failure.clone());
                     st.queue.clear();
                 }
-                shared.fail_deliveries(Some(&failure));
                 shared.progress.send_modify(|p| p.failure = Some(failure));
                 return;
             }
