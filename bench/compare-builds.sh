@@ -26,10 +26,8 @@
 # target/wasm folder next to it, or in GUESTS.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-HARNESS="$ROOT/bench-results/harness"
-OHA="$HARNESS/tools/oha/bin/oha"
-ACTORS="$HARNESS/bench/actors.mjs"
-[ -x "$OHA" ] && [ -f "$ACTORS" ] || { echo "run bench/vs-workerd.sh once first (it sets up oha and actors.mjs)" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 [ $# -ge 1 ] || { echo "usage: $0 BIN [BIN ...]" >&2; exit 1; }
 SCENARIOS="${SCENARIOS:-s3 s2 s1c16}"
 ROUNDS="${ROUNDS:-2}"
@@ -70,13 +68,6 @@ stop() { kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
 dev_stat() { if [ -r "/sys/block/$DEV/stat" ]; then cat "/sys/block/$DEV/stat"; else echo 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0; fi; }
 
-# name_of BIN: how a build is labelled: the file's name, or its folder's
-# when the builds share a file name (several builds all called wasmkeep).
-name_of() {
-  local names
-  names=$(for b in "${BINS[@]}"; do basename "$b"; done | sort | uniq -d)
-  if [ -n "$names" ]; then basename "$(dirname "$1")"; else basename "$1"; fi
-}
 
 measure() {   # measure LABEL OHA-ARGS...: one timed load, one result line
   local label=$1; shift
@@ -99,8 +90,8 @@ PY
 }
 
 touch_s3() {   # touch_s3 URLS-FILE: S3's 1,000 actors touched once, their URLs written
-  node "$ACTORS" urls --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 > "$1"
-  node "$ACTORS" touch --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 --conc 64 > /dev/null
+  node "$ACTORS_MJS" urls --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 > "$1"
+  node "$ACTORS_MJS" touch --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 --conc 64 > /dev/null
 }
 
 run() {   # run SCENARIO BIN

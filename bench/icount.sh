@@ -30,10 +30,8 @@
 # in valgrind's.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-HARNESS="$ROOT/bench-results/harness"
-OHA="$HARNESS/tools/oha/bin/oha"
-ACTORS_MJS="$HARNESS/bench/actors.mjs"
-[ -x "$OHA" ] && [ -f "$ACTORS_MJS" ] || { echo "run bench/vs-workerd.sh once first (it sets up oha and actors.mjs)" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 command -v valgrind >/dev/null || { echo "needs valgrind (apt install valgrind)" >&2; exit 1; }
 [ $# -ge 1 ] || { echo "usage: $0 BIN [BIN ...]" >&2; exit 1; }
 SCENARIOS="${SCENARIOS:-s3 s1c16}"
@@ -53,23 +51,28 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# instructions BIN SCENARIO REQUESTS: the server's total under callgrind.
-instructions() {
-  local bin=$1 scenario=$2 requests=$3
+# start BIN VALGRIND_ARGS...: `wasmkeep dev` under valgrind on a fresh
+# folder bucket in DATA, once it answers its health check.
+start() {
+  local bin=$1; shift
   local guests=${GUESTS:-$(dirname "$(dirname "$bin")")/wasm}
-  local dir="$DATA/run" out="$DATA/callgrind.out"
-  rm -rf "$dir" "$out"; mkdir -p "$dir"
-  valgrind --tool=callgrind --cache-sim=no --branch-sim=no --callgrind-out-file="$out" \
-    "$bin" dev --guests-dir "$guests" --bucket "file://$dir" --listen "127.0.0.1:$PORT" \
-    --max-actors "$MAX_ACTORS" > "$DATA/server.log" 2>&1 &
+  rm -rf "$DATA/run"; mkdir -p "$DATA/run"
+  valgrind "$@" "$bin" dev --guests-dir "$guests" --bucket "file://$DATA/run" \
+    --listen "127.0.0.1:$PORT" --max-actors "$MAX_ACTORS" > "$DATA/server.log" 2>&1 &
   PID=$!
-  local up=0
   for _ in $(seq 600); do
-    kill -0 "$PID" 2>/dev/null || break
-    if curl -sf -o /dev/null "http://127.0.0.1:$PORT/_wasmkeep/health"; then up=1; break; fi
+    kill -0 "$PID" 2>/dev/null || { echo "$bin did not start under valgrind:" >&2; tail -5 "$DATA/server.log" >&2; exit 1; }
+    curl -sf -o /dev/null "http://127.0.0.1:$PORT/_wasmkeep/health" && return 0
     sleep 0.2
   done
-  [ "$up" = 1 ] || { echo "$bin did not start under valgrind:" >&2; tail -5 "$DATA/server.log" >&2; exit 1; }
+  echo "$bin did not answer under valgrind in 120 s" >&2; exit 1
+}
+
+# instructions BIN SCENARIO REQUESTS: the server's total under callgrind.
+instructions() {
+  local bin=$1 scenario=$2 requests=$3 out="$DATA/callgrind.out"
+  rm -f "$out"
+  start "$bin" --tool=callgrind --cache-sim=no --branch-sim=no --callgrind-out-file="$out"
   local base="http://127.0.0.1:$PORT/bench/counter"
   local args
   case "$scenario" in
@@ -95,23 +98,8 @@ instructions() {
 # code is cached apart from the native one; compiling a guest there costs
 # as many instructions as ten thousand requests.
 prime() {
-  local bin=$1 guests=${GUESTS:-$(dirname "$(dirname "$1")")/wasm}
-  rm -rf "$DATA/run"; mkdir -p "$DATA/run"
-  valgrind --tool=none "$bin" dev --guests-dir "$guests" --bucket "file://$DATA/run" --listen "127.0.0.1:$PORT" \
-    --max-actors "$MAX_ACTORS" > "$DATA/server.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 600); do
-    kill -0 "$PID" 2>/dev/null || { echo "$bin did not start:" >&2; tail -5 "$DATA/server.log" >&2; exit 1; }
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT/_wasmkeep/health" && break
-    sleep 0.2
-  done
+  start "$1" --tool=none
   kill -TERM "$PID"; wait "$PID" 2>/dev/null || true; PID=""
-}
-
-name_of() {
-  local names
-  names=$(for b in "${BINS[@]}"; do basename "$b"; done | sort | uniq -d)
-  if [ -n "$names" ]; then basename "$(dirname "$1")"; else basename "$1"; fi
 }
 
 echo "instructions per request (callgrind, user space only), $SMALL and $LARGE requests" >&2
