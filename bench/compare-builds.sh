@@ -9,6 +9,12 @@
 #
 # Usage: bench/compare-builds.sh BIN [BIN ...]   (labelled by file name, or
 #        by folder name when the builds share one: builds/a/wasmkeep ...)
+#   The BIN `workerd` runs the peer instead (the harness's workerd and
+#   config, durable, on the same folder): `bench/compare-builds.sh workerd
+#   target/release/wasmkeep` measures the ratio with the two servers
+#   alternating scenario by scenario, so that a slow stretch of the VM
+#   (here the same build's rate can move by a third between rounds) falls
+#   on both. A summary of the ratios, round by round, ends the output.
 #   SCENARIOS   "s3 s2 s1c16" (default), any of: s1c1 s1c16 s1c64 s2 s3 s3long
 #               (s3long: S3 on one server for LONG_PARTS runs of SECS back to
 #               back, default 7; with SECS=10 its actors reach their first
@@ -53,13 +59,25 @@ cleanup() {
 trap cleanup EXIT
 echo "data in $DATA (device ${DEV:-unknown}), ${SECS}s per run, $ROUNDS rounds" >&2
 
+WORKERD="$HARNESS/node_modules/@cloudflare/workerd-linux-64/bin/workerd"
+# base BIN: the counter class's base URL on a server of BIN.
+base() {
+  if [ "$1" = workerd ]; then echo "http://127.0.0.1:$PORT"; else echo "http://127.0.0.1:$PORT/bench/counter"; fi
+}
 start() {   # start BIN DIR
-  local bin=$1 dir=$2 guests=${GUESTS:-$(dirname "$(dirname "$1")")/wasm}
+  local bin=$1 dir=$2 guests=${GUESTS:-$(dirname "$(dirname "$1")")/wasm} health
   rm -rf "$dir"; mkdir -p "$dir"
-  "$bin" dev --guests-dir "$guests" --bucket "${BUCKET:-file://$dir}" --listen "127.0.0.1:$PORT" > "$dir.log" 2>&1 &
+  if [ "$bin" = workerd ]; then
+    "$WORKERD" serve "$HARNESS/workerd/config.capnp" --socket-addr "http=127.0.0.1:$PORT" \
+      --directory-path "do-storage=$dir" > "$dir.log" 2>&1 &
+    health="http://127.0.0.1:$PORT/health-check/value"
+  else
+    "$bin" dev --guests-dir "$guests" --bucket "${BUCKET:-file://$dir}" --listen "127.0.0.1:$PORT" > "$dir.log" 2>&1 &
+    health="http://127.0.0.1:$PORT/_wasmkeep/health"
+  fi
   PID=$!
   for _ in $(seq 100); do
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT/_wasmkeep/health" && return 0
+    curl -sf -o /dev/null "$health" && return 0
     sleep 0.1
   done
   echo "$bin did not start (see $dir.log)" >&2; exit 1
@@ -74,6 +92,7 @@ measure() {   # measure LABEL OHA-ARGS...: one timed load, one result line
   local c0 c1 d0 d1 rate
   c0=$(cpu_ticks); d0=$(dev_stat)
   rate=$("$OHA" -z "${SECS}s" --no-tui "$@" 2>&1 | awk '/Requests\/sec/ {print $2}')
+  printf '%s\t%s\t%s\t%s\n' "$ROUND" "$label" "$(name_of "$BIN")" "${rate:-0}" >> "$RESULTS"
   c1=$(cpu_ticks); d1=$(dev_stat)
   python3 - "$label" "$SECS" "${rate:-0}" "$c0" "$c1" "$(getconf CLK_TCK)" "$d0" "$d1" <<'PY'
 import sys
@@ -89,31 +108,33 @@ print(f"{label:<40} {rate:>9.0f} req/s  {cpu_us:>7.1f} us CPU/req  {writes:.2f} 
 PY
 }
 
-touch_s3() {   # touch_s3 URLS-FILE: S3's 1,000 actors touched once, their URLs written
-  node "$ACTORS_MJS" urls --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 > "$1"
-  node "$ACTORS_MJS" touch --base "http://127.0.0.1:$PORT/bench/counter" --prefix s3 --count 1000 --conc 64 > /dev/null
+touch_s3() {   # touch_s3 BASE URLS-FILE: S3's 1,000 actors touched once, their URLs written
+  node "$ACTORS_MJS" urls --base "$1" --prefix s3 --count 1000 > "$2"
+  node "$ACTORS_MJS" touch --base "$1" --prefix s3 --count 1000 --conc 64 > /dev/null
 }
 
 run() {   # run SCENARIO BIN
   local scenario=$1 bin=$2 dir="$DATA/run-$PORT"
-  local label
+  local label b
   label="$scenario $(name_of "$bin")"
+  BIN=$bin
   start "$bin" "$dir"
+  b=$(base "$bin")
   case "$scenario" in
     s1c*)
       local c=${scenario#s1c}
-      "$OHA" -n 1000 -c 16 -m POST --no-tui "http://127.0.0.1:$PORT/bench/counter/alice/increment" > /dev/null
-      measure "$label" -c "$c" -m POST "http://127.0.0.1:$PORT/bench/counter/alice/increment"
+      "$OHA" -n 1000 -c 16 -m POST --no-tui "$b/alice/increment" > /dev/null
+      measure "$label" -c "$c" -m POST "$b/alice/increment"
       ;;
     s2)
-      measure "$label" -c 64 -m POST --rand-regex-url "http://127.0.0.1:$PORT/bench/counter/s2-[a-z0-9]{20}/increment"
+      measure "$label" -c 64 -m POST --rand-regex-url "$b/s2-[a-z0-9]{20}/increment"
       ;;
     s3)
-      touch_s3 "$dir.urls"
+      touch_s3 "$b" "$dir.urls"
       measure "$label" -c 64 -m POST --urls-from-file "$dir.urls"
       ;;
     s3long)
-      touch_s3 "$dir.urls"
+      touch_s3 "$b" "$dir.urls"
       for part in $(seq "${LONG_PARTS:-7}"); do
         measure "$label $((part * SECS))s" -c 64 -m POST --urls-from-file "$dir.urls"
       done
@@ -131,7 +152,10 @@ run() {   # run SCENARIO BIN
 # the disk the first run of a pair tends to find it faster (the other's
 # writeback is still draining), which would otherwise favour one build.
 BINS=("$@")
+RESULTS="$DATA/results.tsv"
+: > "$RESULTS"
 for round in $(seq "$ROUNDS"); do
+  ROUND=$round
   for scenario in $SCENARIOS; do
     if (( round % 2 == 1 )); then order=("${BINS[@]}"); else
       order=(); for (( i=${#BINS[@]}-1; i>=0; i-- )); do order+=("${BINS[$i]}"); done
@@ -141,3 +165,27 @@ for round in $(seq "$ROUNDS"); do
     done
   done
 done
+
+# Each build's rate over the first build's, per scenario: round by round,
+# and the median of the rounds.
+if [ "${#BINS[@]}" -gt 1 ]; then
+  python3 - "$RESULTS" "$(name_of "${BINS[0]}")" <<'PY'
+import sys, statistics
+from collections import defaultdict
+path, first = sys.argv[1:3]
+rates = defaultdict(dict)  # (scenario, build) -> round -> rate
+for line in open(path):
+    rnd, label, name, rate = line.rstrip("\n").split("\t")
+    scenario = label[: -len(name)].strip()
+    rates[(scenario, name)][rnd] = float(rate)
+print(f"\nrate over {first}'s, round by round, then the median:")
+for (scenario, name), by_round in rates.items():
+    if name == first:
+        continue
+    base = rates.get((scenario, first), {})
+    ratios = [by_round[r] / base[r] for r in by_round if base.get(r)]
+    if ratios:
+        shown = " ".join(f"{x:.2f}" for x in ratios)
+        print(f"  {scenario:<14} {name:<20} {shown}   median {statistics.median(ratios):.2f}x")
+PY
+fi

@@ -22,6 +22,8 @@
 #              s1c16  one hot counter, 16 clients
 #              s1c1   one hot counter, one client
 #   SMALL, LARGE  requests of the two runs (default 500 and 2500)
+#   KEEP       a folder that keeps each counted run's callgrind output, named
+#              SCENARIO.BUILD.REQUESTS.out, for callgrind_annotate
 #
 # Needs valgrind (apt install valgrind) and the harness tools that
 # bench/vs-workerd.sh sets up once (oha, actors.mjs). Each binary finds the
@@ -89,6 +91,9 @@ instructions() {
   ok=$("$OHA" -n "$requests" --no-tui "${args[@]}" | awk '/Success rate/ {print $3}')
   [ "$ok" = "100.00%" ] || { echo "$scenario on $bin: success rate $ok" >&2; exit 1; }
   kill -TERM "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+  if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP"; cp "$out" "$KEEP/$scenario.$(name_of "$bin").$requests.out"
+  fi
   awk '/^summary:/ {print $2}' "$out"
 }
 

@@ -8,9 +8,10 @@ ACTORS_MJS="$HARNESS/bench/actors.mjs"
 
 # name_of BIN: how a build is labelled among BINS: the file's name, or its
 # folder's when the builds share a file name (several builds all called
-# wasmkeep).
+# wasmkeep). The peer (`workerd`) is itself.
 name_of() {
   local names
+  [ "$1" = workerd ] && { echo workerd; return; }
   names=$(for b in "${BINS[@]}"; do basename "$b"; done | sort | uniq -d)
   if [ -n "$names" ]; then basename "$(dirname "$1")"; else basename "$1"; fi
 }
