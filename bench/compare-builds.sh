@@ -92,7 +92,8 @@ measure() {   # measure LABEL OHA-ARGS...: one timed load, one result line
   local c0 c1 d0 d1 rate
   c0=$(cpu_ticks); d0=$(dev_stat)
   rate=$("$OHA" -z "${SECS}s" --no-tui "$@" 2>&1 | awk '/Requests\/sec/ {print $2}')
-  printf '%s\t%s\t%s\t%s\n' "$ROUND" "$label" "$(name_of "$BIN")" "${rate:-0}" >> "$RESULTS"
+  # `bin` is the caller's (run's) local.
+  printf '%s\t%s\t%s\t%s\n' "$ROUND" "$label" "$(name_of "$bin")" "${rate:-0}" >> "$RESULTS"
   c1=$(cpu_ticks); d1=$(dev_stat)
   python3 - "$label" "$SECS" "${rate:-0}" "$c0" "$c1" "$(getconf CLK_TCK)" "$d0" "$d1" <<'PY'
 import sys
@@ -117,7 +118,6 @@ run() {   # run SCENARIO BIN
   local scenario=$1 bin=$2 dir="$DATA/run-$PORT"
   local label b
   label="$scenario $(name_of "$bin")"
-  BIN=$bin
   start "$bin" "$dir"
   b=$(base "$bin")
   case "$scenario" in
@@ -176,7 +176,7 @@ path, first = sys.argv[1:3]
 rates = defaultdict(dict)  # (scenario, build) -> round -> rate
 for line in open(path):
     rnd, label, name, rate = line.rstrip("\n").split("\t")
-    scenario = label[: -len(name)].strip()
+    scenario = label.replace(f" {name}", "", 1)
     rates[(scenario, name)][rnd] = float(rate)
 print(f"\nrate over {first}'s, round by round, then the median:")
 for (scenario, name), by_round in rates.items():
