@@ -87,13 +87,12 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
 dev_stat() { if [ -r "/sys/block/$DEV/stat" ]; then cat "/sys/block/$DEV/stat"; else echo 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0; fi; }
 
 
-measure() {   # measure LABEL OHA-ARGS...: one timed load, one result line
-  local label=$1; shift
+measure() {   # measure NAME LABEL OHA-ARGS...: one timed load of build NAME, one result line
+  local name=$1 label=$2; shift 2
   local c0 c1 d0 d1 rate
   c0=$(cpu_ticks); d0=$(dev_stat)
   rate=$("$OHA" -z "${SECS}s" --no-tui "$@" 2>&1 | awk '/Requests\/sec/ {print $2}')
-  # `bin` is the caller's (run's) local.
-  printf '%s\t%s\t%s\t%s\n' "$ROUND" "$label" "$(name_of "$bin")" "${rate:-0}" >> "$RESULTS"
+  printf '%s\t%s\t%s\t%s\n' "$ROUND" "$label" "$name" "${rate:-0}" >> "$RESULTS"
   c1=$(cpu_ticks); d1=$(dev_stat)
   python3 - "$label" "$SECS" "${rate:-0}" "$c0" "$c1" "$(getconf CLK_TCK)" "$d0" "$d1" <<'PY'
 import sys
@@ -116,27 +115,28 @@ touch_s3() {   # touch_s3 BASE URLS-FILE: S3's 1,000 actors touched once, their 
 
 run() {   # run SCENARIO BIN
   local scenario=$1 bin=$2 dir="$DATA/run-$PORT"
-  local label b
-  label="$scenario $(name_of "$bin")"
+  local name label b
+  name=$(name_of "$bin")
+  label="$scenario $name"
   start "$bin" "$dir"
   b=$(base "$bin")
   case "$scenario" in
     s1c*)
       local c=${scenario#s1c}
       "$OHA" -n 1000 -c 16 -m POST --no-tui "$b/alice/increment" > /dev/null
-      measure "$label" -c "$c" -m POST "$b/alice/increment"
+      measure "$name" "$label" -c "$c" -m POST "$b/alice/increment"
       ;;
     s2)
-      measure "$label" -c 64 -m POST --rand-regex-url "$b/s2-[a-z0-9]{20}/increment"
+      measure "$name" "$label" -c 64 -m POST --rand-regex-url "$b/s2-[a-z0-9]{20}/increment"
       ;;
     s3)
       touch_s3 "$b" "$dir.urls"
-      measure "$label" -c 64 -m POST --urls-from-file "$dir.urls"
+      measure "$name" "$label" -c 64 -m POST --urls-from-file "$dir.urls"
       ;;
     s3long)
       touch_s3 "$b" "$dir.urls"
       for part in $(seq "${LONG_PARTS:-7}"); do
-        measure "$label $((part * SECS))s" -c 64 -m POST --urls-from-file "$dir.urls"
+        measure "$name" "$label $((part * SECS))s" -c 64 -m POST --urls-from-file "$dir.urls"
       done
       ;;
     *) echo "unknown scenario $scenario" >&2; exit 1 ;;
