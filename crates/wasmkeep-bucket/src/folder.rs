@@ -82,7 +82,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
@@ -216,6 +216,9 @@ pub struct FolderBucket {
     alone: Arc<AtomicBool>,
     queue: mpsc::Sender<WriteRequest>,
     polling: Arc<Polling>,
+    /// The committer, shared with its thread: a lone writer takes it to
+    /// commit its own write while the thread is idle (ADR 0045).
+    committer: Arc<parking_lot::Mutex<Committer>>,
     /// Becomes `true` once the files of gone processes were looked at.
     adopted: watch::Receiver<bool>,
     /// Last: fields drop in order, so `queue` is gone (the committer sees the
@@ -834,7 +837,6 @@ impl FolderBucket {
         let (queue, receiver) = mpsc::channel(COMMIT_QUEUE_WRITES_MAX);
         let polling = Arc::new(Polling::default());
         let committer = Committer {
-            polling: Arc::clone(&polling),
             root: Arc::clone(&root),
             root_dir,
             locks: (0..LOCK_STRIPES).map(|_| None).collect(),
@@ -851,15 +853,22 @@ impl FolderBucket {
             solo_orders: empty_orders(),
             names: Names::default(),
         };
-        let committer_thread =
-            CommitterThread::spawn(CLOSE_WAIT_MAX, move || committer.run(receiver))
-                .map_err(|e| config("start the committer thread", e))?;
+        let committer = Arc::new(parking_lot::Mutex::new(committer));
+        let committer_thread = {
+            let committer = Arc::clone(&committer);
+            let polling = Arc::clone(&polling);
+            CommitterThread::spawn(CLOSE_WAIT_MAX, move || {
+                run_committer(&committer, &polling, receiver);
+            })
+            .map_err(|e| config("start the committer thread", e))?
+        };
         Ok(FolderBucket {
             root,
             young,
             alone,
             queue,
             polling,
+            committer,
             adopted,
             _committer: committer_thread,
         })
@@ -902,6 +911,60 @@ impl FolderBucket {
             self.polling.answer(answer).await
         };
         answered.map_err(|_| committer_died(key))?
+    }
+
+    /// A put-if-absent whose caller waits for nothing else
+    /// ([`Bucket::put_if_absent_alone`]): committed on the caller's thread
+    /// when it is the only write in flight, the committer's thread is idle
+    /// and does not poll (writes come far apart), and this process is alone
+    /// on the folder; otherwise queued as any write (ADR 0045).
+    async fn put_alone(&self, key: &str, bytes: Bytes) -> Result<Option<ObjectMeta>> {
+        validate_key(key)?;
+        check_not_reserved(key)?;
+        let _in_flight = self.polling.write_sent();
+        let op = match self.lead(key, WriteOp::PutIfAbsent(bytes)) {
+            Ok(answered) => return answered,
+            Err(op) => op,
+        };
+        let answer = self.send(key, op, false).await?;
+        self.polling
+            .answer(answer)
+            .await
+            .map_err(|_| committer_died(key))?
+    }
+
+    /// Commits `op` as a batch of its own on this thread, as the committer's
+    /// thread would, if nothing else waits for the committer (see
+    /// [`FolderBucket::put_alone`]); gives `op` back otherwise. Blocks for
+    /// the journal's flush: only a writer with nothing else in flight may
+    /// call it, and with nothing else in flight a node has no other work
+    /// that the flush would hold up.
+    fn lead(
+        &self,
+        key: &str,
+        op: WriteOp,
+    ) -> std::result::Result<Result<Option<ObjectMeta>>, WriteOp> {
+        if self.polling.in_flight.load(Ordering::Acquire) != 1
+            || self.polling.quick.load(Ordering::Acquire)
+            || !self.alone.load(Ordering::Relaxed)
+        {
+            return Err(op);
+        }
+        let Some(mut committer) = self.committer.try_lock() else {
+            return Err(op);
+        };
+        let (reply, mut answer) = oneshot::channel();
+        committer.commit(vec![WriteRequest {
+            key: key.to_owned(),
+            op,
+            unhurried: false,
+            reply,
+        }]);
+        drop(committer);
+        self.polling.led.fetch_add(1, Ordering::Relaxed);
+        Ok(answer
+            .try_recv()
+            .unwrap_or_else(|_| Err(committer_died(key))))
     }
 
     /// Queues a write (its key checked) for the committer: the receiver of
@@ -1105,6 +1168,12 @@ impl Bucket for FolderBucket {
 
     async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
         self.write_with(key, WriteOp::PutIfAbsent(bytes), true)
+            .await?
+            .ok_or_else(|| committer_bug(key))
+    }
+
+    async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.put_alone(key, bytes)
             .await?
             .ok_or_else(|| committer_bug(key))
     }
@@ -1415,8 +1484,6 @@ impl Walk<'_> {
 
 /// The committer thread's state.
 struct Committer {
-    /// Tells writers whether the committer polls (`Polling::quick`).
-    polling: Arc<Polling>,
     root: Arc<PathBuf>,
     root_dir: File,
     locks: Vec<Option<File>>,
@@ -1728,6 +1795,8 @@ struct Polling {
     quick: AtomicBool,
     /// A writer is polling for its answer (one at a time).
     writer_polls: AtomicBool,
+    /// Writes committed on their writer's thread (ADR 0045).
+    led: AtomicU64,
 }
 
 /// Counts a write as in flight until dropped.
@@ -1889,16 +1958,27 @@ fn waits_for_a_hurried_write(batch: &[WriteRequest]) -> bool {
             .any(|r| !matches!(r.op, WriteOp::DeleteNotDurable))
 }
 
+/// The committer's thread: commits the queued writes batch by batch (a lone
+/// writer may take the committer between two batches, ADR 0045), then
+/// closes the journal once every sender is gone.
+fn run_committer(
+    committer: &parking_lot::Mutex<Committer>,
+    polling: &Polling,
+    mut receiver: mpsc::Receiver<WriteRequest>,
+) {
+    committer.lock().reserve_at_start();
+    let mut arrivals = Arrivals::default();
+    while let Some(batch) = arrivals.next_batch(&mut receiver, UNHURRIED_WAIT_MAX) {
+        polling.quick.store(arrivals.polls(), Ordering::Release);
+        committer.lock().commit(batch);
+    }
+    committer.lock().close();
+}
+
 impl Committer {
-    fn run(mut self, mut receiver: mpsc::Receiver<WriteRequest>) {
-        self.reserve_at_start();
-        let mut arrivals = Arrivals::default();
-        while let Some(batch) = arrivals.next_batch(&mut receiver, UNHURRIED_WAIT_MAX) {
-            self.polling
-                .quick
-                .store(arrivals.polls(), Ordering::Release);
-            self.commit(batch);
-        }
+    /// After the last batch: the journal's last checkpoint, and the
+    /// temporary files left for the next process.
+    fn close(&mut self) {
         // A knock seen now is answered before the last checkpoint.
         if let Some(solo) = &mut self.solo {
             drop(solo.watcher.take());
@@ -3418,6 +3498,75 @@ mod tests {
         assert!(!polling.writer_polls.load(Ordering::Acquire));
         assert_eq!(polling.in_flight.load(Ordering::Acquire), 0);
         answered_polling(&polling, 1).await;
+    }
+
+    /// A lone writer's put, with nothing else in flight, the committer
+    /// asleep and this process alone on the folder, is committed on the
+    /// writer's thread (ADR 0045), with the same outcome as through the
+    /// committer: the object is there, and a second put conflicts.
+    #[tokio::test]
+    async fn a_lone_writers_put_is_committed_on_its_own_thread() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let bucket = FolderBucket::open(dir.path()).expect("opened");
+        committer_idle(&bucket).await;
+        bucket
+            .put_if_absent_alone("a/1", Bytes::from_static(b"one"))
+            .await
+            .expect("put");
+        assert_eq!(bucket.polling.led.load(Ordering::Relaxed), 1);
+        let r = bucket
+            .put_if_absent_alone("a/1", Bytes::from_static(b"two"))
+            .await;
+        assert!(matches!(r, Err(Error::Conflict { .. })), "{r:?}");
+        assert_eq!(bucket.polling.led.load(Ordering::Relaxed), 2);
+        let object = bucket.get("a/1").await.expect("read");
+        assert_eq!(object.bytes, Bytes::from_static(b"one"));
+        assert_eq!(bucket.polling.in_flight.load(Ordering::Acquire), 0);
+    }
+
+    /// Once the committer's thread has started (it holds the committer
+    /// while it reserves its first orders), committed a write and let go of
+    /// the committer: it waits for the next write.
+    async fn committer_idle(bucket: &FolderBucket) {
+        bucket.adoption_finished().await;
+        bucket
+            .put("warm", Bytes::from_static(b"up"))
+            .await
+            .expect("put through the committer");
+        drop(bucket.committer.lock());
+        assert_eq!(bucket.polling.led.load(Ordering::Relaxed), 0);
+    }
+
+    /// With another write in flight, while the committer polls for writes,
+    /// or when other processes may share the folder, a lone writer's put
+    /// goes through the committer as any other.
+    #[tokio::test]
+    async fn a_lone_writers_put_is_queued_when_the_committer_has_other_work() {
+        for case in [
+            "another write in flight",
+            "committer polls",
+            "shared folder",
+        ] {
+            let dir = tempfile::tempdir().expect("a temporary folder");
+            let options = FolderOptions {
+                never_solo: case == "shared folder",
+                ..FolderOptions::default()
+            };
+            let bucket = FolderBucket::open_with(dir.path(), options).expect("opened");
+            committer_idle(&bucket).await;
+            let other = (case == "another write in flight").then(|| bucket.polling.write_sent());
+            if case == "committer polls" {
+                bucket.polling.quick.store(true, Ordering::Release);
+            }
+            bucket
+                .put_if_absent_alone("a/1", Bytes::from_static(b"one"))
+                .await
+                .expect("put");
+            assert_eq!(bucket.polling.led.load(Ordering::Relaxed), 0, "{case}");
+            let object = bucket.get("a/1").await.expect("read");
+            assert_eq!(object.bytes, Bytes::from_static(b"one"), "{case}");
+            drop(other);
+        }
     }
 
     /// The pool keeps files up to its byte limit (sizes in whole blocks) and

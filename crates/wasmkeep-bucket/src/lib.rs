@@ -157,6 +157,17 @@ pub trait Bucket: Send + Sync + fmt::Debug + 'static {
         self.put_if_absent(key, bytes).await
     }
 
+    /// [`Bucket::put_if_absent`] for a caller that waits for this write
+    /// alone, with nothing queued behind it (the store's record of a lone
+    /// event): the same guarantees, but a backend that hands its writes to a
+    /// thread of its own may do this one on the caller's thread instead,
+    /// when nothing else is in flight, and save the two hand-offs
+    /// (ADR 0045). Backends without such a thread just put. Wrappers must
+    /// forward it.
+    async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.put_if_absent(key, bytes).await
+    }
+
     /// Replaces the object only if its etag is still `etag`; `Conflict` if it
     /// changed, `NotFound` if it is gone.
     async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta>;

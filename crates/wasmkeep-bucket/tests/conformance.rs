@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::{Context, ensure};
 use bytes::Bytes;
 use futures::StreamExt;
-use wasmkeep_bucket::{Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX};
+use wasmkeep_bucket::{Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX, ObjectMeta};
 
 /// A bucket, a prefix unique to one test, and whatever must live as long as
 /// the test (a temporary folder).
@@ -93,23 +93,37 @@ mod cases {
         Ok(())
     }
 
+    /// Each way to put-if-absent (a lone writer's too, ADR 0045) creates
+    /// once and then conflicts, whichever way came first.
     pub async fn put_if_absent_conflicts_when_present(f: &Fixture) -> anyhow::Result<()> {
-        let key = f.key("once");
-        let first = f
-            .bucket
-            .put_if_absent(&key, Bytes::from_static(b"first"))
-            .await?;
-        let r = f
-            .bucket
-            .put_if_absent(&key, Bytes::from_static(b"second"))
-            .await;
-        ensure!(
-            matches!(r, Err(Error::Conflict { .. })),
-            "second put_if_absent: {r:?}"
-        );
-        let object = f.bucket.get(&key).await?;
-        ensure!(object.bytes == Bytes::from_static(b"first") && object.meta.etag == first.etag);
+        for (first_alone, second_alone) in
+            [(false, false), (true, true), (false, true), (true, false)]
+        {
+            let key = f.key(&format!("once-{first_alone}-{second_alone}"));
+            let first = put_if_absent_as(f, &key, b"first", first_alone).await?;
+            let r = put_if_absent_as(f, &key, b"second", second_alone).await;
+            ensure!(
+                matches!(r, Err(Error::Conflict { .. })),
+                "second put_if_absent (alone {second_alone}): {r:?}"
+            );
+            let object = f.bucket.get(&key).await?;
+            ensure!(object.bytes == Bytes::from_static(b"first") && object.meta.etag == first.etag);
+        }
         Ok(())
+    }
+
+    async fn put_if_absent_as(
+        f: &Fixture,
+        key: &str,
+        bytes: &'static [u8],
+        alone: bool,
+    ) -> Result<ObjectMeta, Error> {
+        let bytes = Bytes::from_static(bytes);
+        if alone {
+            f.bucket.put_if_absent_alone(key, bytes).await
+        } else {
+            f.bucket.put_if_absent(key, bytes).await
+        }
     }
 
     pub async fn put_if_match_needs_the_current_etag(f: &Fixture) -> anyhow::Result<()> {
@@ -352,10 +366,14 @@ mod cases {
         for i in 0..RACERS {
             let bucket = Arc::clone(&f.bucket);
             let key = key.clone();
+            // Half of them as lone writers (ADR 0045).
             tasks.push(tokio::spawn(async move {
-                bucket
-                    .put_if_absent(&key, Bytes::from(format!("racer {i}")))
-                    .await
+                let bytes = Bytes::from(format!("racer {i}"));
+                if i % 2 == 0 {
+                    bucket.put_if_absent_alone(&key, bytes).await
+                } else {
+                    bucket.put_if_absent(&key, bytes).await
+                }
             }));
         }
         let mut winners = Vec::new();
@@ -420,6 +438,14 @@ mod cases {
             ensure!(
                 matches!(r, Err(Error::InvalidKey { .. })),
                 "put_if_absent {key:?}: {r:?}"
+            );
+            let r = f
+                .bucket
+                .put_if_absent_alone(key, Bytes::from_static(b"x"))
+                .await;
+            ensure!(
+                matches!(r, Err(Error::InvalidKey { .. })),
+                "put_if_absent_alone {key:?}: {r:?}"
             );
             ensure!(
                 matches!(f.bucket.get(key).await, Err(Error::InvalidKey { .. })),

@@ -62,6 +62,13 @@ impl Bucket for CountingBucket {
             self.inner.put_if_absent_unhurried(key, bytes)
         )
     }
+    async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        counted!(
+            self,
+            "put_if_absent",
+            self.inner.put_if_absent_alone(key, bytes)
+        )
+    }
     async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
         counted!(
             self,

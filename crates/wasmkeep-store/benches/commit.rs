@@ -70,6 +70,14 @@ impl Bucket for Counting {
         self.count();
         self.inner.put_if_absent_unhurried(key, bytes).await
     }
+    async fn put_if_absent_alone(
+        &self,
+        key: &str,
+        bytes: Bytes,
+    ) -> wasmkeep_bucket::Result<ObjectMeta> {
+        self.count();
+        self.inner.put_if_absent_alone(key, bytes).await
+    }
     async fn put_if_match(
         &self,
         key: &str,
