@@ -908,7 +908,8 @@ async fn flusher(shared: Arc<Shared>, durable_alarm: Option<i64>, snapshots: Arc
 
 /// What the flusher does next.
 enum Next {
-    Write(Pending),
+    /// The record, and how it is put.
+    Write(Pending, Haste),
     /// Nothing queued: wait for a commit.
     Idle,
     /// Linger: more events are expected for the queued record (see
@@ -957,14 +958,17 @@ async fn write_records(
             match lingering {
                 Some((_, until)) => Next::Linger(until),
                 None => match st.queue.pop_front() {
-                    Some(p) => Next::Write(p),
+                    // One event, nothing behind it: its writer waits for
+                    // this record alone (ADR 0045).
+                    Some(p) if p.events == 1 && st.queue.is_empty() => Next::Write(p, Haste::Alone),
+                    Some(p) => Next::Write(p, Haste::Hurried),
                     None if st.closed => return,
                     None => Next::Idle,
                 },
             }
         };
-        let rec = match next {
-            Next::Write(rec) => rec,
+        let (rec, haste) = match next {
+            Next::Write(rec, haste) => (rec, haste),
             Next::Idle => {
                 shared.wake.notified().await;
                 continue;
@@ -980,7 +984,7 @@ async fn write_records(
         // Boxed (and the snapshot writer's steps): these tasks live as long
         // as the store, mostly idle, and an inline bucket write sized each
         // of their futures at ~900 bytes (ADR 0038).
-        match Box::pin(write_record(shared, &rec, &mut durable_alarm)).await {
+        match Box::pin(write_record(shared, &rec, haste, &mut durable_alarm)).await {
             Ok(()) => {
                 let queued: u32 = shared.state.lock().queue.iter().map(|p| p.events).sum();
                 let lingers = rec.events + queued >= 2;
@@ -1027,6 +1031,7 @@ async fn write_records(
 async fn write_record(
     shared: &Shared,
     rec: &Pending,
+    haste: Haste,
     durable_alarm: &mut Option<i64>,
 ) -> Result<(), FailureKind> {
     let header = Header {
@@ -1055,7 +1060,7 @@ async fn write_record(
         .map_err(|e| FailureKind::Broken(format!("alarm index not written: {e}")))?;
     }
     let key = Keys::log_under(&shared.log_prefix, rec.seq);
-    put_settled(&*shared.bucket, &key, body, &shared.config, Haste::Hurried).await?;
+    put_settled(&*shared.bucket, &key, body, &shared.config, haste).await?;
     let before = std::mem::replace(durable_alarm, rec.alarm_ms);
     // ... and deleted only after the record that clears it.
     if rec.alarm_ms.is_none()
@@ -1067,11 +1072,14 @@ async fn write_record(
     Ok(())
 }
 
-/// Whether a response waits for a write ([`Bucket::put_if_absent_unhurried`]).
+/// Whether a response waits for a write ([`Bucket::put_if_absent_unhurried`]),
+/// and whether its writer waits for nothing else
+/// ([`Bucket::put_if_absent_alone`]).
 #[derive(Debug, Clone, Copy)]
 enum Haste {
     Hurried,
     Unhurried,
+    Alone,
 }
 
 /// put-if-absent of a record whose body is unique to this writer, settled:
@@ -1090,6 +1098,7 @@ async fn put_settled(
         let put = match haste {
             Haste::Hurried => bucket.put_if_absent(key, body.clone()).await,
             Haste::Unhurried => bucket.put_if_absent_unhurried(key, body.clone()).await,
+            Haste::Alone => bucket.put_if_absent_alone(key, body.clone()).await,
         };
         match put {
             Ok(_) => return Ok(()),

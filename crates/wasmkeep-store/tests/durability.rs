@@ -216,22 +216,60 @@ async fn a_lone_writers_snapshots_are_unhurried_and_a_groups_are_not() {
 
     // Record 3 is held with three events queued behind it: record 4 holds
     // all three, and its snapshot goes at once.
+    one_record_then_a_group(&bucket, &mut s, 2).await;
+    s.flush().await.unwrap();
+    assert_eq!(
+        bucket.snapshot_puts(),
+        [(snapshot(2), true), (snapshot(4), false)]
+    );
+}
+
+/// An event's record (the bucket's log put after `log_puts_before`) is held
+/// while three more events commit behind it; then all are released and
+/// answered (the next record holds the three). Rows 1 to 4 of `t`.
+async fn one_record_then_a_group(bucket: &Probe, s: &mut ActorStore, log_puts_before: u64) {
     bucket.hold_log_puts();
-    let first = event(&mut s, &["INSERT INTO t VALUES (1)"]);
-    bucket.log_puts_entered(3).await;
+    let first = event(s, &["INSERT INTO t VALUES (1)"]);
+    bucket.log_puts_entered(log_puts_before + 1).await;
     let later: Vec<_> = (2..=4)
-        .map(|i| event(&mut s, &[&format!("INSERT INTO t VALUES ({i})")]))
+        .map(|i| event(s, &[&format!("INSERT INTO t VALUES ({i})")]))
         .collect();
     bucket.release();
     first.await.unwrap();
     for gate in later {
         gate.await.unwrap();
     }
-    s.flush().await.unwrap();
+}
+
+/// A record of one event with nothing queued behind it is put as a lone
+/// writer's (ADR 0045: the folder may commit it on the writer's thread); a
+/// record of several events is not.
+#[tokio::test]
+async fn a_lone_events_record_is_put_alone_and_a_groups_is_not() {
+    let bucket = Probe::new();
+    let a = actor("alone");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    let before = bucket.log_puts().len();
+
+    // Record n holds one event, alone; three more events queue behind it
+    // while it is held, and record n + 1 holds them all.
+    one_record_then_a_group(&bucket, &mut s, before as u64).await;
+    event(&mut s, &["INSERT INTO t VALUES (5)"]).await.unwrap();
+    let log = bucket.log_puts();
+    let log_key = |seq| keys().actor_log(&a, seq);
+    assert!(log[..before].iter().all(|(_, alone)| *alone), "{log:?}");
+    // Sequence numbers start at 1.
+    let n = before as u64 + 1;
     assert_eq!(
-        bucket.snapshot_puts(),
-        [(snapshot(2), true), (snapshot(4), false)]
+        log[before..],
+        [
+            (log_key(n), true),
+            (log_key(n + 1), false),
+            (log_key(n + 2), true)
+        ]
     );
+    assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 5);
 }
 
 #[tokio::test(start_paused = true)]

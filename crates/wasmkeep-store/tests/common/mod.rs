@@ -35,6 +35,8 @@ pub struct Probe {
     log_puts_entered: watch::Sender<u64>,
     /// Every snapshot put: its key, and whether it was unhurried.
     snapshot_puts: Mutex<Vec<(String, bool)>>,
+    /// Every log record put: its key, and whether it was a lone writer's.
+    log_puts: Mutex<Vec<(String, bool)>>,
 }
 
 impl Probe {
@@ -49,6 +51,7 @@ impl Probe {
             hold: Mutex::new(None),
             log_puts_entered: watch::channel(0).0,
             snapshot_puts: Mutex::new(Vec::new()),
+            log_puts: Mutex::new(Vec::new()),
         })
     }
 
@@ -100,10 +103,30 @@ impl Probe {
         self.snapshot_puts.lock().clone()
     }
 
+    /// Every log record put so far: its key, and whether it was a lone
+    /// writer's ([`Bucket::put_if_absent_alone`]).
+    pub fn log_puts(&self) -> Vec<(String, bool)> {
+        self.log_puts.lock().clone()
+    }
+
     fn note_put(&self, key: &str, unhurried: bool) {
         self.counts.puts.fetch_add(1, Ordering::SeqCst);
         if key.contains("/snap/") {
             self.snapshot_puts.lock().push((key.to_owned(), unhurried));
+        }
+    }
+
+    /// Counts a put in a hurry and, for a log record, notes it and waits
+    /// while records are held.
+    async fn before_hurried_put(&self, key: &str, alone: bool) {
+        self.note_put(key, false);
+        if key.contains("/log/") {
+            self.log_puts.lock().push((key.to_owned(), alone));
+            self.log_puts_entered.send_modify(|v| *v += 1);
+            let hold = self.hold.lock().clone();
+            if let Some(sem) = hold {
+                let _permit = sem.acquire().await.expect("never closed");
+            }
         }
     }
 
@@ -127,15 +150,12 @@ impl Bucket for Probe {
         self.inner.head(key).await
     }
     async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.note_put(key, false);
-        if key.contains("/log/") {
-            self.log_puts_entered.send_modify(|v| *v += 1);
-            let hold = self.hold.lock().clone();
-            if let Some(sem) = hold {
-                let _permit = sem.acquire().await.expect("never closed");
-            }
-        }
+        self.before_hurried_put(key, false).await;
         self.inner.put_if_absent(key, bytes).await
+    }
+    async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.before_hurried_put(key, true).await;
+        self.inner.put_if_absent_alone(key, bytes).await
     }
     async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
         self.note_put(key, true);
