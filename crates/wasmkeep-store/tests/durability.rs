@@ -235,9 +235,9 @@ async fn one_record_then_a_group(bucket: &Probe, s: &mut ActorStore, log_puts_be
         .map(|i| event(s, &[&format!("INSERT INTO t VALUES ({i})")]))
         .collect();
     bucket.release();
-    first.await.unwrap();
+    first.await.expect("the first record is written");
     for gate in later {
-        gate.await.unwrap();
+        gate.await.expect("the group's record is written");
     }
 }
 
