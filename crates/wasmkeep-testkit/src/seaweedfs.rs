@@ -49,21 +49,47 @@ pub fn s3_tests_skipped(test: &str) -> bool {
     skip
 }
 
-/// `WASMKEEP_WEED` if set, else the first `weed` on `PATH`.
+/// The workspace's tool folder, as `scripts/install-prereqs` picks it.
+const DEFAULT_TOOLS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.tools");
+
+/// `weed` from `WASMKEEP_WEED` if set, else from the tool folder
+/// (`WASMKEEP_TOOLS`, default the workspace's `.tools`), else from `PATH`.
 pub fn find_weed() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("WASMKEEP_WEED") {
-        let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(path)
+    let tools = std::env::var_os("WASMKEEP_TOOLS")
+        .map_or_else(|| PathBuf::from(DEFAULT_TOOLS_DIR), PathBuf::from);
+    find_weed_in(
+        std::env::var_os("WASMKEEP_WEED"),
+        &tools,
+        std::env::var_os("PATH"),
+    )
+}
+
+/// [`find_weed`] on given values, so that its order can be tested without
+/// changing the process's environment.
+fn find_weed_in(
+    explicit: Option<std::ffi::OsString>,
+    tools: &Path,
+    path: Option<std::ffi::OsString>,
+) -> Result<PathBuf> {
+    if let Some(explicit) = explicit {
+        let explicit = PathBuf::from(explicit);
+        return if explicit.is_file() {
+            Ok(explicit)
         } else {
-            Err(Error::WeedNotFound)
+            Err(Error::WeedPathInvalid(explicit.display().to_string()))
         };
     }
-    let path = std::env::var_os("PATH").ok_or(Error::WeedNotFound)?;
-    std::env::split_paths(&path)
+    let installed = tools.join("venv-sw/bin/weed");
+    if installed.is_file() {
+        return Ok(installed);
+    }
+    path.iter()
+        .flat_map(std::env::split_paths)
         .map(|dir| dir.join("weed"))
         .find(|p| p.is_file())
-        .ok_or(Error::WeedNotFound)
+        .ok_or_else(|| Error::WeedNotFound {
+            tools: tools.display().to_string(),
+        })
 }
 
 /// A running SeaweedFS with one bucket.
@@ -169,10 +195,7 @@ impl SeaweedFs {
             }
             Ok(server)
         });
-        started.as_ref().map_err(|e| Error::NotReady {
-            reason: e.clone(),
-            log_tail: String::new(),
-        })
+        started.as_ref().map_err(|e| Error::SharedFailed(e.clone()))
     }
 
     /// A private server, stopped when dropped.
@@ -451,4 +474,60 @@ fn wait_ready(
     Err(not_ready(format!(
         "timed out after {STARTUP_TIMEOUT:?}; last probe: {last}"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder with an empty file at `rel`, returned with the file's path.
+    fn with_file(rel: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join(rel);
+        std::fs::create_dir_all(file.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(&file, b"").expect("write");
+        (dir, file)
+    }
+
+    #[test]
+    fn weed_is_found_in_the_explicit_path_then_the_tools_then_path() {
+        let (tools, installed) = with_file("venv-sw/bin/weed");
+        let (on_path, path_weed) = with_file("bin/weed");
+        let (other, explicit) = with_file("my-weed");
+        let path = Some(on_path.path().join("bin").into_os_string());
+
+        let found = find_weed_in(
+            Some(explicit.clone().into_os_string()),
+            tools.path(),
+            path.clone(),
+        );
+        assert_eq!(found.expect("explicit"), explicit);
+
+        let found = find_weed_in(None, tools.path(), path.clone());
+        assert_eq!(found.expect("installed"), installed);
+
+        let found = find_weed_in(None, other.path(), path);
+        assert_eq!(found.expect("on PATH"), path_weed);
+    }
+
+    #[test]
+    fn a_missing_weed_names_where_it_looked() {
+        let empty = tempfile::tempdir().expect("temp dir");
+        let (tools, _installed) = with_file("venv-sw/bin/weed");
+        let bad = empty.path().join("nope");
+
+        // An explicit path that is not a file is refused, not replaced.
+        let err = find_weed_in(Some(bad.clone().into_os_string()), tools.path(), None)
+            .expect_err("not a file");
+        assert!(matches!(&err, Error::WeedPathInvalid(p) if *p == bad.display().to_string()));
+        assert!(err.to_string().contains("WASMKEEP_WEED="), "{err}");
+
+        let err = find_weed_in(None, empty.path(), Some(empty.path().into())).expect_err("nowhere");
+        assert!(
+            err.to_string()
+                .contains(&empty.path().display().to_string()),
+            "names the tools folder: {err}"
+        );
+        assert!(err.to_string().contains("scripts/install-prereqs"), "{err}");
+    }
 }
