@@ -357,7 +357,7 @@ fn switch_component(node: &Node, stub: &Stub, instance: &mut Box<dyn GuestInstan
 }
 
 /// Runs one job as an event.
-async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, job: Job) {
+async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut job: Job) {
     // Self-fencing: no event runs without a valid node lease.
     if stub.is_fenced() || !node.lease.is_valid() {
         fail_job(
@@ -381,18 +381,21 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, job: J
         return;
     }
     let started = Instant::now();
-    // Calls made by this event carry the chain of actors waiting on it.
-    host(instance).chain = vec![stub.id.clone()];
+    // Calls made by this event carry the chain of actors waiting on it: a
+    // request's own (its callers, then this actor), else this actor alone.
+    host(instance).chain = match &mut job {
+        Job::Request { chain, .. } => std::mem::take(chain),
+        _ => vec![stub.id.clone()],
+    };
     // Each arm: the guest's outcome; `Ok(reply)` commits, `Err` rolls back.
     let (outcome, reply, started): (Result<Option<Response>, String>, Option<Reply>, Instant) =
         match job {
             Job::Request {
                 request,
-                chain,
+                chain: _,
                 reply,
                 started,
             } => {
-                host(instance).chain = chain;
                 let result = instance.handle(request).await;
                 (
                     result.map(Some).map_err(|e| event_error(node, &e)),
