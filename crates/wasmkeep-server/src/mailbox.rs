@@ -392,9 +392,9 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
         match job {
             Job::Request {
                 request,
-                chain: _,
                 reply,
                 started,
+                ..
             } => {
                 let result = instance.handle(request).await;
                 (
