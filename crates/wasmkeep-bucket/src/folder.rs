@@ -1675,7 +1675,9 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
 
 /// The state of the keys a batch wrote so far (etag and size; `None`:
 /// deleted), which its later requests see.
-type Overlay = HashMap<String, Option<(Etag, u64)>>;
+/// A batch's keys so far (a fast hasher seeded per process: keys are
+/// partly chosen by clients).
+type Overlay = HashMap<String, Option<(Etag, u64)>, foldhash::fast::RandomState>;
 
 /// What one request of a batch turned into.
 enum Plan {
@@ -2534,7 +2536,7 @@ impl Committer {
         journal: Option<JournalPosition>,
         solo: bool,
     ) -> Vec<Result<Option<ObjectMeta>>> {
-        let mut overlay = Overlay::new();
+        let mut overlay = Overlay::default();
         let mut plans: Vec<Plan> = batch
             .iter()
             .zip(budget)
@@ -2692,7 +2694,7 @@ impl Committer {
                             // Before a checkpoint can put it in place.
                             self.names.note_present(key);
                             objects.insert(
-                                key.to_owned(),
+                                key,
                                 YoungObject {
                                     at,
                                     epoch: position.epoch,

@@ -43,10 +43,16 @@ const NAMES_MAX: usize = 1 << 18;
 /// or not readable as a folder).
 #[derive(Debug, Default)]
 pub(crate) struct Names {
-    folders: HashMap<String, Option<HashSet<String>>>,
+    folders: HashMap<String, Option<Set>, Hasher>,
     /// Names in all sets.
     count: usize,
 }
+
+/// Folder paths and names come from keys, which clients partly choose: a
+/// hasher seeded per process, fast on short strings (a lookup per folder
+/// of every key the committer writes).
+type Hasher = foldhash::fast::RandomState;
+type Set = HashSet<String, Hasher>;
 
 /// The folder part and the last name of `key` (`""` for the bucket's root).
 fn split(key: &str) -> (&str, &str) {
@@ -118,15 +124,15 @@ impl Names {
 /// index's read lock, so that no placement moves an object from the one to
 /// the other unseen. `None` when the folder is too large or cannot be read
 /// as one (then nothing is known of it).
-fn list(root: &Path, young: &Young, folder: &str) -> Option<HashSet<String>> {
+fn list(root: &Path, young: &Young, folder: &str) -> Option<Set> {
     let objects = young.objects().read();
-    let mut names = HashSet::new();
+    let mut names = Set::default();
     let below = if folder.is_empty() {
         String::new()
     } else {
         format!("{folder}/")
     };
-    for (key, _) in objects.range::<str, _>((Bound::Included(below.as_str()), Bound::Unbounded)) {
+    for (key, _) in objects.range_from(Bound::Included(below.as_str())) {
         let Some(rest) = key.strip_prefix(below.as_str()) else {
             break;
         };

@@ -15,7 +15,7 @@
 //! disk read that saw it move is done again, after a few tries with the read
 //! lock held (which keeps placements out).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::ops::Bound;
@@ -50,7 +50,67 @@ pub(crate) struct YoungObject {
     pub file_below: bool,
 }
 
-pub(crate) type Index = BTreeMap<String, YoungObject>;
+/// The young objects by key. The committer asks about one key several
+/// times per write (is it young, is any folder of it a young object), so
+/// keys are hashed for those; listings and the check for young objects
+/// below a key walk the keys in order (ADR 0046).
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    objects: HashMap<Arc<str>, YoungObject, foldhash::fast::RandomState>,
+    /// The same keys, in order.
+    order: BTreeSet<Arc<str>>,
+}
+
+impl Index {
+    pub(crate) fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&YoungObject> {
+        self.objects.get(key)
+    }
+
+    pub(crate) fn contains_key(&self, key: &str) -> bool {
+        self.objects.contains_key(key)
+    }
+
+    /// Makes `object` the young object of `key`, replacing any.
+    pub(crate) fn insert(&mut self, key: &str, object: YoungObject) {
+        if let Some(slot) = self.objects.get_mut(key) {
+            *slot = object;
+            return;
+        }
+        let key: Arc<str> = Arc::from(key);
+        self.order.insert(Arc::clone(&key));
+        self.objects.insert(key, object);
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) -> Option<YoungObject> {
+        let object = self.objects.remove(key)?;
+        self.order.remove(key);
+        Some(object)
+    }
+
+    /// The objects in key order, from `from` on.
+    pub(crate) fn range_from<'a>(
+        &'a self,
+        from: Bound<&str>,
+    ) -> impl Iterator<Item = (&'a str, &'a YoungObject)> + 'a {
+        self.order
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|key| {
+                let object = self
+                    .objects
+                    .get(&**key)
+                    .expect("the order holds exactly the map's keys");
+                (&**key, object)
+            })
+    }
+}
 
 /// The index of young objects, shared by the committer, the checkpoint and
 /// readers.
@@ -76,7 +136,7 @@ impl Young {
         Young {
             root,
             reader,
-            objects: RwLock::new(Index::new()),
+            objects: RwLock::new(Index::default()),
             placing: AtomicU64::new(0),
         }
     }
@@ -92,7 +152,7 @@ impl Young {
         let mut objects = self.objects.write();
         for object in adopted {
             objects.insert(
-                object.key,
+                &object.key,
                 YoungObject {
                     at: object.at,
                     epoch: object.epoch,
@@ -188,9 +248,9 @@ impl Young {
         let due: Vec<(String, EntryAt)> = self
             .objects
             .read()
-            .iter()
+            .range_from(Bound::Unbounded)
             .filter(|(_, o)| o.epoch <= epoch)
-            .map(|(k, o)| (k.clone(), o.at))
+            .map(|(k, o)| (k.to_owned(), o.at))
             .collect();
         let mut placed = 0;
         for (key, at) in due {
@@ -231,7 +291,7 @@ pub(crate) fn collides(index: &Index, key: &str) -> bool {
     }
     let below = format!("{key}/");
     index
-        .range::<str, _>((Bound::Included(below.as_str()), Bound::Unbounded))
+        .range_from(Bound::Included(below.as_str()))
         .next()
         .is_some_and(|(k, _)| k.starts_with(&below))
 }
@@ -249,7 +309,7 @@ pub(crate) fn listed(
         _ => Bound::Included(prefix),
     };
     index
-        .range::<str, _>((from, Bound::Unbounded))
+        .range_from(from)
         .take_while(|(k, _)| k.starts_with(prefix))
         .take(most)
         .map(|(k, o)| Young::meta(o, k))
@@ -281,4 +341,85 @@ fn write_in_place(root: &Path, key: &str, body: &[u8], modified: SystemTime) -> 
     file.set_len(body.len() as u64)?;
     // The time of the write, as a read of the young object reported it.
     file.set_modified(modified)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn object(n: u64) -> YoungObject {
+        YoungObject {
+            at: EntryAt { offset: n, len: 1 },
+            epoch: n,
+            etag: Etag(format!("e{n}")),
+            size: n,
+            modified: SystemTime::UNIX_EPOCH,
+            file_below: false,
+        }
+    }
+
+    /// The index's map and its ordered keys stay one set through inserts,
+    /// replacements and removes: everything it answers is what a plain
+    /// ordered map holding the same objects answers.
+    #[test]
+    fn index_answers_as_an_ordered_map_does() {
+        let mut index = Index::default();
+        let mut model: BTreeMap<String, u64> = BTreeMap::new();
+        let keys = ["a/b/log/3", "a/b/log/1", "a/c", "a/b/snap/2", "b", "a/b/log/2"];
+        for (n, key) in keys.iter().enumerate() {
+            index.insert(key, object(n as u64));
+            model.insert((*key).to_owned(), n as u64);
+        }
+        // A replacement keeps one key; removes of present and absent keys.
+        index.insert("a/c", object(40));
+        model.insert("a/c".to_owned(), 40);
+        assert_eq!(index.remove("a/b/log/1").map(|o| o.epoch), Some(1));
+        model.remove("a/b/log/1");
+        assert!(index.remove("a/b/log/1").is_none());
+        assert!(index.remove("a/b").is_none());
+
+        assert_eq!(index.len(), model.len());
+        let listed: Vec<(String, u64)> = index
+            .range_from(Bound::Unbounded)
+            .map(|(k, o)| (k.to_owned(), o.epoch))
+            .collect();
+        let expected: Vec<(String, u64)> = model.iter().map(|(k, n)| (k.clone(), *n)).collect();
+        assert_eq!(listed, expected);
+        let from: Vec<&str> = index
+            .range_from(Bound::Excluded("a/b/log/3"))
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(from, ["a/b/snap/2", "a/c", "b"]);
+        for key in ["a/b/log/1", "a/b/log/2", "a/c", "a", "zz"] {
+            assert_eq!(index.contains_key(key), model.contains_key(key), "{key}");
+            assert_eq!(
+                index.get(key).map(|o| o.epoch),
+                model.get(key).copied(),
+                "{key}"
+            );
+        }
+        // Folder collisions, both ways.
+        assert!(collides(&index, "a/c/d"), "below a young object");
+        assert!(collides(&index, "a/b/log"), "a folder of young objects");
+        assert!(collides(&index, "a/b"), "a folder of young objects, higher");
+        assert!(!collides(&index, "a/b/log/4"), "a sibling");
+        assert!(!collides(&index, "a/cc"), "a longer name is no folder");
+        assert_eq!(
+            listed_keys(&index, "a/b/", None),
+            ["a/b/log/2", "a/b/log/3", "a/b/snap/2"]
+        );
+        assert_eq!(
+            listed_keys(&index, "a/b/", Some("a/b/log/2")),
+            ["a/b/log/3", "a/b/snap/2"]
+        );
+    }
+
+    fn listed_keys(index: &Index, prefix: &str, after: Option<&str>) -> Vec<String> {
+        listed(index, prefix, after, 10)
+            .into_iter()
+            .map(|meta| meta.key)
+            .collect()
+    }
 }

@@ -391,10 +391,12 @@ pub async fn node_call(
     body: &[u8],
 ) -> Result<Option<crate::moves::NodeAnswer>> {
     if markers.take {
-        return Ok(Some(crate::moves::receive_take(node, actor, body).await));
+        return Ok(Some(
+            Box::pin(crate::moves::receive_take(node, actor, body)).await,
+        ));
     }
     if let Some(scheduled_ms) = markers.alarm_ms {
-        receive_alarm(node, actor, scheduled_ms).await?;
+        Box::pin(receive_alarm(node, actor, scheduled_ms)).await?;
         return Ok(Some(crate::moves::NodeAnswer::new(200, "alarm armed")));
     }
     Ok(None)

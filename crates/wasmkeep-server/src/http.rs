@@ -212,7 +212,10 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
         if node.tenants.required {
             req.headers_mut().remove(hyper::header::AUTHORIZATION);
         }
-        return sockets::upgrade(node, &actor, &path, req, markers.hop()).await;
+        // Boxed, as are the other rare steps of a request (a forward, a
+        // node call): inline, every request's future would be sized for
+        // the largest of them (ADR 0046).
+        return Box::pin(sockets::upgrade(node, &actor, &path, req, markers.hop())).await;
     }
     let limit = node.config.limits.body_bytes_max;
     if let Some(length) = req.headers().get(hyper::header::CONTENT_LENGTH)

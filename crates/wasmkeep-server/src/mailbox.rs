@@ -420,7 +420,9 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 )
             }
             Job::Alarm(fire) => {
-                run_alarm(node, stub, active, fire, alarm_before).await;
+                // Boxed: rare, and inline it would size every event's
+                // future for it (ADR 0046).
+                Box::pin(run_alarm(node, stub, active, fire, alarm_before)).await;
                 return;
             }
             Job::Hibernate | Job::Drain => {

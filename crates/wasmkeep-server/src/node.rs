@@ -807,7 +807,7 @@ impl Node {
                     let cheap = request.body.len() <= HAND_BACK_COPY_BYTES_MAX;
                     let kept = (hand_back_retry && hop == Hop::Client && (holder_drains || cheap))
                         .then(|| (request.clone(), chain.clone()));
-                    let mut routed = cluster::forward_request(
+                    let mut routed = Box::pin(cluster::forward_request(
                         self,
                         actor,
                         &peer,
@@ -815,7 +815,7 @@ impl Node {
                         request,
                         chain,
                         hop.clone(),
-                    )
+                    ))
                     .await?;
                     let hand_back = cluster::hand_back(&mut routed.response);
                     match kept {
