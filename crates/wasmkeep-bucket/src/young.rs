@@ -367,7 +367,14 @@ mod tests {
     fn index_answers_as_an_ordered_map_does() {
         let mut index = Index::default();
         let mut model: BTreeMap<String, u64> = BTreeMap::new();
-        let keys = ["a/b/log/3", "a/b/log/1", "a/c", "a/b/snap/2", "b", "a/b/log/2"];
+        let keys = [
+            "a/b/log/3",
+            "a/b/log/1",
+            "a/c",
+            "a/b/snap/2",
+            "b",
+            "a/b/log/2",
+        ];
         for (n, key) in keys.iter().enumerate() {
             index.insert(key, object(n as u64));
             model.insert((*key).to_owned(), n as u64);
