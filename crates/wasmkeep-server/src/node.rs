@@ -3,7 +3,7 @@
 //! hints, signer) and the long-running parts (alarm timer, alarm sweep, class
 //! poll, heartbeat) started and stopped together.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -125,6 +125,12 @@ enum Entry {
     Releasing(Arc<Signal<bool>>),
 }
 
+/// The resident actors. Every event looks its actor up here: a hash of the
+/// name, where an ordered map compared it with ~10 others (1,000 actors).
+/// Names are chosen by clients, so the hasher is seeded per process; what
+/// walks the map puts what it found in name order itself.
+type ActorMap = HashMap<ActorId, Entry, foldhash::fast::RandomState>;
+
 /// At `--max-actors`, this fraction of it (at least one) is asked to
 /// hibernate at once: 1,000 resident actors give batches of 15.
 const EVICTION_BATCH_DIVISOR: usize = 64;
@@ -163,7 +169,7 @@ pub struct Node {
     classes: RwLock<HashMap<ClassName, Arc<dyn GuestClass>>>,
     /// Ordered, so every pass over the actors (drain, eviction ties) goes
     /// in the same order on every run (the simulation replays seeds).
-    actors: Mutex<BTreeMap<ActorId, Entry>>,
+    actors: Mutex<ActorMap>,
     actors_changed: Notify,
     pub(crate) timer: Arc<AlarmTimer>,
     shutdown_tx: watch::Sender<bool>,
@@ -321,7 +327,7 @@ impl Node {
             unproven: Mutex::new(None),
             store_config: StoreConfig::default(),
             classes: RwLock::new(HashMap::new()),
-            actors: Mutex::new(BTreeMap::new()),
+            actors: Mutex::new(ActorMap::default()),
             actors_changed: Notify::new(),
             timer,
             shutdown_tx,
@@ -587,14 +593,19 @@ impl Node {
 
     /// The resident actors that are not being released.
     pub(crate) fn live_stubs(&self) -> Vec<Arc<Stub>> {
-        self.actors
+        let mut stubs: Vec<Arc<Stub>> = self
+            .actors
             .lock()
             .values()
             .filter_map(|e| match e {
                 Entry::Live(stub) => Some(Arc::clone(stub)),
                 Entry::Releasing(_) => None,
             })
-            .collect()
+            .collect();
+        // In name order, whatever the map's: a drain asks them in an order
+        // a simulation run repeats.
+        stubs.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        stubs
     }
 
     /// Notified whenever an actor leaves this node.
@@ -633,7 +644,7 @@ impl Node {
     /// them, so the scan of every resident actor is paid once per batch of
     /// activations at the limit, not once per activation), or refuses when
     /// every resident actor is busy.
-    fn evict_lru(&self, actors: &BTreeMap<ActorId, Entry>) -> Result<()> {
+    fn evict_lru(&self, actors: &ActorMap) -> Result<()> {
         let mut idle: Vec<&Arc<Stub>> = actors
             .values()
             .filter_map(|e| match e {
@@ -650,8 +661,10 @@ impl Node {
         }
         let batch = (self.config.actors_max / EVICTION_BATCH_DIVISOR).clamp(1, idle.len());
         if batch < idle.len() {
-            idle.select_nth_unstable_by_key(batch - 1, |stub| {
-                stub.last_used_ms.load(Ordering::Relaxed)
+            // Ties (one millisecond) go by name, whatever the map's order.
+            idle.select_nth_unstable_by(batch - 1, |a, b| {
+                let used = |s: &Arc<Stub>| s.last_used_ms.load(Ordering::Relaxed);
+                used(a).cmp(&used(b)).then_with(|| a.id.cmp(&b.id))
             });
         }
         for stub in &idle[..batch] {
