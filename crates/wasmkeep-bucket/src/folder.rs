@@ -1675,9 +1675,8 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
 
 /// The state of the keys a batch wrote so far (etag and size; `None`:
 /// deleted), which its later requests see.
-/// A batch's keys so far (a fast hasher seeded per process: keys are
-/// partly chosen by clients).
-type Overlay = HashMap<String, Option<(Etag, u64)>, foldhash::fast::RandomState>;
+/// A batch's keys so far.
+type Overlay = HashMap<String, Option<(Etag, u64)>, crate::KeyHasher>;
 
 /// What one request of a batch turned into.
 enum Plan {

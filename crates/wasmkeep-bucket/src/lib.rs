@@ -32,6 +32,11 @@ mod s3;
 mod solo;
 mod young;
 
+/// The hasher of the folder committer's maps of keys (its batch, the young
+/// index, the names of ADR 0036): fast on keys of tens of bytes, and seeded
+/// per process, since keys are partly chosen by clients (actor names).
+pub(crate) type KeyHasher = foldhash::fast::RandomState;
+
 pub use folder::{
     COMMIT_BATCH_WRITES_MAX, COMMIT_QUEUE_WRITES_MAX, FolderBucket, FolderOptions, LOCK_STRIPES,
     SyncMode, content_etag,

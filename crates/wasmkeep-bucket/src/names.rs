@@ -48,10 +48,7 @@ pub(crate) struct Names {
     count: usize,
 }
 
-/// Folder paths and names come from keys, which clients partly choose: a
-/// hasher seeded per process, fast on short strings (a lookup per folder
-/// of every key the committer writes).
-type Hasher = foldhash::fast::RandomState;
+type Hasher = crate::KeyHasher;
 type Set = HashSet<String, Hasher>;
 
 /// The folder part and the last name of `key` (`""` for the bucket's root).

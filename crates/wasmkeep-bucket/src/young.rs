@@ -56,7 +56,7 @@ pub(crate) struct YoungObject {
 /// below a key walk the keys in order (ADR 0046).
 #[derive(Debug, Default)]
 pub(crate) struct Index {
-    objects: HashMap<Arc<str>, YoungObject, foldhash::fast::RandomState>,
+    objects: HashMap<Arc<str>, YoungObject, crate::KeyHasher>,
     /// The same keys, in order.
     order: BTreeSet<Arc<str>>,
 }

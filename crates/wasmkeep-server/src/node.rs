@@ -1055,16 +1055,7 @@ impl Node {
         const DROP_LOG_PERIOD: Duration = Duration::from_secs(5);
         loop {
             let notified = self.actors_changed.notified();
-            let live: Vec<Arc<Stub>> = self
-                .actors
-                .lock()
-                .values()
-                .filter_map(|e| match e {
-                    Entry::Live(stub) => Some(Arc::clone(stub)),
-                    Entry::Releasing(_) => None,
-                })
-                .collect();
-            for stub in &live {
+            for stub in &self.live_stubs() {
                 stub.mark_fenced();
             }
             if self.actors.lock().is_empty() {
