@@ -5,7 +5,9 @@
 # server's CPU time per request (from /proc/PID/stat) and the storage
 # device's writes, KiB written and flushes per request (from
 # /sys/block/DEV/stat; this VM's disk tops out near 120 MB/s, which bounds
-# S2 and S3).
+# S2 and S3), and the hypervisor's steal time; each round starts with a
+# CPU probe (bench/lib.sh: a fixed loop's milliseconds), since this VM's
+# CPU speed moves by up to 2x within an hour (ADR 0047).
 #
 # Usage: bench/compare-builds.sh BIN [BIN ...]   (labelled by file name, or
 #        by folder name when the builds share one: builds/a/wasmkeep ...)
@@ -89,14 +91,14 @@ dev_stat() { if [ -r "/sys/block/$DEV/stat" ]; then cat "/sys/block/$DEV/stat"; 
 
 measure() {   # measure NAME LABEL OHA-ARGS...: one timed load of build NAME, one result line
   local name=$1 label=$2; shift 2
-  local c0 c1 d0 d1 rate
-  c0=$(cpu_ticks); d0=$(dev_stat)
+  local c0 c1 d0 d1 s0 s1 rate
+  c0=$(cpu_ticks); d0=$(dev_stat); s0=$(steal_ticks)
   rate=$("$OHA" -z "${SECS}s" --no-tui "$@" 2>&1 | awk '/Requests\/sec/ {print $2}')
   printf '%s\t%s\t%s\t%s\n' "$ROUND" "$label" "$name" "${rate:-0}" >> "$RESULTS"
-  c1=$(cpu_ticks); d1=$(dev_stat)
-  python3 - "$label" "$SECS" "${rate:-0}" "$c0" "$c1" "$(getconf CLK_TCK)" "$d0" "$d1" <<'PY'
+  c1=$(cpu_ticks); d1=$(dev_stat); s1=$(steal_ticks)
+  python3 - "$label" "$SECS" "${rate:-0}" "$c0" "$c1" "$(getconf CLK_TCK)" "$d0" "$d1" "$s0" "$s1" <<'PY'
 import sys
-label, secs, rate, c0, c1, hz, d0, d1 = sys.argv[1:9]
+label, secs, rate, c0, c1, hz, d0, d1, s0, s1 = sys.argv[1:11]
 rate = float(rate)
 n = max(rate * float(secs), 1.0)
 cpu_us = (float(c1) - float(c0)) / float(hz) * 1e6 / n
@@ -104,7 +106,8 @@ a, b = [list(map(int, x.split())) for x in (d0, d1)]
 writes = (b[4] - a[4]) / n
 flushes = (b[15] - a[15]) / n if len(a) > 15 else 0.0
 kib = (b[6] - a[6]) / 2 / n  # sectors of 512 bytes
-print(f"{label:<40} {rate:>9.0f} req/s  {cpu_us:>7.1f} us CPU/req  {writes:.2f} writes/req  {kib:5.1f} KiB/req  {flushes:.3f} flushes/req")
+steal = (float(s1) - float(s0)) / float(hz) / float(secs)  # cores taken by the hypervisor
+print(f"{label:<40} {rate:>9.0f} req/s  {cpu_us:>7.1f} us CPU/req  {writes:.2f} writes/req  {kib:5.1f} KiB/req  {flushes:.3f} flushes/req  steal {steal:.2f} cores")
 PY
 }
 
@@ -156,6 +159,7 @@ RESULTS="$DATA/results.tsv"
 : > "$RESULTS"
 for round in $(seq "$ROUNDS"); do
   ROUND=$round
+  echo "round $round: cpu probe $(cpu_probe) ms (a fixed Python loop; lower is faster)"
   for scenario in $SCENARIOS; do
     if (( round % 2 == 1 )); then order=("${BINS[@]}"); else
       order=(); for (( i=${#BINS[@]}-1; i>=0; i-- )); do order+=("${BINS[$i]}"); done

@@ -35,7 +35,9 @@ fi
 # WASMKEEP_BIN runs an already built binary (its guests are found in the
 # target/wasm folder next to it); otherwise this checkout is built.
 if [ -n "${WASMKEEP_BIN:-}" ]; then
-  WASMKEEP="$WASMKEEP_BIN"
+  # Absolute: the harness runs it from its own folder.
+  WASMKEEP="$(readlink -f "$WASMKEEP_BIN")"
+  [ -x "$WASMKEEP" ] || { echo "vs-workerd: no executable at WASMKEEP_BIN=$WASMKEEP_BIN" >&2; exit 1; }
 else
   "$ROOT/scripts/build-guests" >/dev/null
   (cd "$ROOT" && cargo build --release -j2 --bin wasmkeep)
@@ -90,15 +92,39 @@ settle() {
   fi
 }
 
+# The machine's CPU speed around each server's run, next to the disk's
+# flush latency the harness prints: wasmkeep is CPU-bound in the rate
+# scenarios and workerd flush-bound, and both move within an hour here
+# (ADR 0047), so a ratio is read with both.
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+MACHINE="$WORK/machine.txt"
+: > "$MACHINE"
+timed() {   # timed NAME COMMAND...: runs the server's harness, notes the machine's speed around it
+  local name=$1 p0 p1 s0 s1 t0 t1; shift
+  p0=$(cpu_probe); s0=$(steal_ticks); t0=$(date +%s)
+  "$@" 2>&1 | tee "$WORK/$name.out" | grep -v '^\[' || true
+  p1=$(cpu_probe); s1=$(steal_ticks); t1=$(date +%s)
+  python3 - "$name" "$p0" "$p1" "$s0" "$s1" "$t0" "$t1" "$(getconf CLK_TCK)" <<'PY' | tee -a "$MACHINE" >&2
+import sys
+name, p0, p1, s0, s1, t0, t1, hz = sys.argv[1:9]
+secs = max(int(t1) - int(t0), 1)
+steal = (int(s1) - int(s0)) / int(hz) / secs
+print(f"machine during {name}'s run: cpu probe {p0} ms before, {p1} ms after "
+      f"(lower is faster); steal {steal:.2f} cores on average over {secs} s")
+PY
+}
+
 cd "$HARNESS"
 if [ "${ONLY:-}" != wasmkeep ]; then
   settle
   echo "== workerd" >&2
-  ./run.sh 2>&1 | tee "$WORK/workerd.out" | grep -v '^\[' || true
+  timed workerd ./run.sh
 fi
 if [ "${ONLY:-}" != workerd ]; then
   settle
   echo "== wasmkeep" >&2
-  ./run-wasmkeep.sh 2>&1 | tee "$WORK/wasmkeep.out" | grep -v '^\[' || true
+  timed wasmkeep ./run-wasmkeep.sh
 fi
-echo "results: $HARNESS/results/ (newest two runs); raw output in $WORK/*.out" >&2
+cat "$MACHINE" >&2
+echo "results: $HARNESS/results/ (newest two runs); raw output in $WORK/*.out; machine speed in $MACHINE" >&2
