@@ -107,7 +107,8 @@ pub enum Hop {
 #[derive(Debug)]
 pub struct Routed {
     pub response: Response,
-    pub ran_on: String,
+    /// The node that ran the event: `None` for this one.
+    pub ran_on: Option<String>,
 }
 
 /// What the verified markers of a request say.
@@ -314,7 +315,7 @@ pub async fn forward_request(
             headers,
             body,
         },
-        ran_on,
+        ran_on: Some(ran_on),
     })
 }
 

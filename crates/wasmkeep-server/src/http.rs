@@ -132,7 +132,7 @@ pub async fn handle(node: Arc<Node>, req: hyper::Request<Incoming>) -> HttpRespo
         Err(e) => error_response(&e),
     };
     if !response.headers().contains_key(HEADER_NODE) {
-        add_node_header(&mut response, node.node_id.as_str());
+        add_this_node_header(&mut response, &node);
     }
     node.metrics.request(response.status().as_u16());
     response
@@ -295,7 +295,7 @@ async fn dispatch_actor(node: &Arc<Node>, call: Call) -> Result<HttpResponse> {
                 response.headers_mut().insert(name, value);
             }
         }
-        add_node_header(&mut response, node.node_id.as_str());
+        add_this_node_header(&mut response, node);
         return Ok(response);
     }
     // A verified call from another node's actor carries its call chain, so
@@ -334,7 +334,10 @@ async fn dispatch_actor(node: &Arc<Node>, call: Call) -> Result<HttpResponse> {
         .route_request(&actor, request, chain, markers.hop())
         .await?;
     let mut response = to_http(routed.response)?;
-    add_node_header(&mut response, &routed.ran_on);
+    match &routed.ran_on {
+        None => add_this_node_header(&mut response, node),
+        Some(other) => add_node_header(&mut response, other),
+    }
     Ok(response)
 }
 
@@ -388,7 +391,7 @@ pub async fn answer_call(
         Err(e) => error_response(&e),
     };
     if !response.headers().contains_key(HEADER_NODE) {
-        add_node_header(&mut response, node.node_id.as_str());
+        add_this_node_header(&mut response, node);
     }
     node.metrics.request(response.status().as_u16());
     let (parts, body) = response.into_parts();
@@ -446,6 +449,13 @@ async fn check_tenant_token(
 /// guest code.
 fn strip_authorization(headers: &mut Vec<(String, String)>) {
     headers.retain(|(name, _)| !name.eq_ignore_ascii_case("authorization"));
+}
+
+/// Names this node in `x-wasmkeep-node` (its value built once).
+fn add_this_node_header(response: &mut HttpResponse, node: &Node) {
+    if let Some(value) = &node.node_header {
+        response.headers_mut().insert(HEADER_NODE, value.clone());
+    }
 }
 
 fn add_node_header(response: &mut HttpResponse, node: &str) {

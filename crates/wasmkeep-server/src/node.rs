@@ -142,6 +142,9 @@ pub struct Node {
     /// Loads classes and runs guests (wasmtime, or the simulation's actor).
     pub guest: Arc<dyn GuestEngine>,
     pub node_id: NodeId,
+    /// The value of `x-wasmkeep-node` naming this node, built once (every
+    /// response carries it); `None` if the id is no valid header value.
+    pub node_header: Option<hyper::header::HeaderValue>,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
     pub random: Arc<dyn Random>,
@@ -306,6 +309,7 @@ impl Node {
         let timer = AlarmTimer::new(Arc::clone(&clock));
         let node = Arc::new(Self {
             keys,
+            node_header: hyper::header::HeaderValue::from_str(node_id.as_str()).ok(),
             node_id,
             advertise: config.advertise_url(),
             config,
@@ -855,7 +859,7 @@ impl Node {
                     return match reply_rx.await {
                         Ok(result) => result.map(|response| Routed {
                             response,
-                            ran_on: self.node_id.to_string(),
+                            ran_on: None,
                         }),
                         Err(_) => Err(Error::unavailable(format!(
                             "actor {actor} stopped before answering"
