@@ -1675,7 +1675,6 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
 
 /// The state of the keys a batch wrote so far (etag and size; `None`:
 /// deleted), which its later requests see.
-/// A batch's keys so far.
 type Overlay = HashMap<String, Option<(Etag, u64)>, crate::KeyHasher>;
 
 /// What one request of a batch turned into.

@@ -43,13 +43,12 @@ const NAMES_MAX: usize = 1 << 18;
 /// or not readable as a folder).
 #[derive(Debug, Default)]
 pub(crate) struct Names {
-    folders: HashMap<String, Option<Set>, Hasher>,
+    folders: HashMap<String, Option<Set>, crate::KeyHasher>,
     /// Names in all sets.
     count: usize,
 }
 
-type Hasher = crate::KeyHasher;
-type Set = HashSet<String, Hasher>;
+type Set = HashSet<String, crate::KeyHasher>;
 
 /// The folder part and the last name of `key` (`""` for the bucket's root).
 fn split(key: &str) -> (&str, &str) {

@@ -170,8 +170,8 @@ pub struct Node {
     pub(crate) unproven: Mutex<Option<(String, Instant)>>,
     pub(crate) store_config: StoreConfig,
     classes: RwLock<HashMap<ClassName, Arc<dyn GuestClass>>>,
-    /// Ordered, so every pass over the actors (drain, eviction ties) goes
-    /// in the same order on every run (the simulation replays seeds).
+    /// Hashed (see [`ActorMap`]); the passes whose order shows (the drain,
+    /// eviction ties) sort by name, so a simulation run repeats.
     actors: Mutex<ActorMap>,
     actors_changed: Notify,
     pub(crate) timer: Arc<AlarmTimer>,
