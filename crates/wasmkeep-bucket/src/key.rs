@@ -113,6 +113,35 @@ mod tests {
     }
 
     #[test]
+    fn each_fault_is_named_and_the_first_in_order_wins() {
+        let reason = |key: &str| match validate_key(key) {
+            Err(Error::InvalidKey { reason, .. }) => reason,
+            other => panic!("{key:?}: {other:?}"),
+        };
+        let long_segment = format!("a/{}/b", "x".repeat(256));
+        for (key, want) in [
+            ("a\0b", "contains NUL"),
+            ("a\\b", "contains a backslash"),
+            ("/a", "absolute (starts with '/')"),
+            ("a//b", "empty segment ('//')"),
+            ("a/../b", "'.' or '..' segment"),
+            ("a/.", "'.' or '..' segment"),
+            (long_segment.as_str(), "a segment is longer than 255 bytes"),
+            // Several faults: NUL, then backslash, then absolute, then the
+            // first bad segment.
+            ("/a\\b/..\0", "contains NUL"),
+            ("/a\\b/..", "contains a backslash"),
+            ("/a/../b", "absolute (starts with '/')"),
+            ("a/../b//c", "'.' or '..' segment"),
+        ] {
+            assert_eq!(reason(key), want, "{key:?}");
+        }
+        let longest_segment = format!("a/{}/b", "x".repeat(KEY_SEGMENT_BYTES_MAX));
+        assert!(validate_key(&longest_segment).is_ok());
+        assert!(validate_key("\u{00e9}/\u{1f600}/..x").is_ok());
+    }
+
+    #[test]
     fn prefixes_may_be_empty_or_end_with_slash() {
         for prefix in ["", "a/", "a/b", "apps/x/own"] {
             assert!(validate_prefix(prefix).is_ok(), "{prefix}");
