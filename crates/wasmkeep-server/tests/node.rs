@@ -695,3 +695,159 @@ fn an_idle_actor_drops_its_instance_and_keeps_its_data() {
     let r = server.req("POST", "/demo/counter/idle/increment");
     assert_eq!((r.status, r.text()), (200, "2".to_owned()));
 }
+
+/// A tmpfs of a few MiB mounted at a folder (needs root), unmounted when
+/// dropped: a disk that fills up without touching the machine's own.
+struct SmallDisk {
+    at: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(at: &std::path::Path, mib: u64) -> Option<SmallDisk> {
+        std::fs::create_dir_all(at).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(at)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        mounted.then(|| SmallDisk { at: at.to_owned() })
+    }
+
+    /// Writes a file until the disk refuses (ENOSPC); returns its path.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write as _;
+        let path = self.at.join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let chunk = vec![0x5a_u8; 64 * 1024];
+        let full = loop {
+            if let Err(e) = file.write_all(&chunk) {
+                break e;
+            }
+        };
+        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+        // What does not fit in 64 KiB may still fit in smaller writes.
+        for size in [4096, 512, 1] {
+            while file.write_all(&chunk[..size]).is_ok() {}
+        }
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.at)
+            .status();
+    }
+}
+
+/// The folder bucket's disk fills up under load: writes that cannot be made
+/// durable answer 503 `unavailable` (never 200, never 500), the node serves
+/// again by itself once space is freed, and neither then nor after a kill -9
+/// and a restart is an acknowledged increment missing (nor one more than
+/// was attempted).
+#[test]
+fn a_full_disk_answers_503_loses_nothing_acknowledged_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) = SmallDisk::mount(&dir.path().join("bucket"), 64) else {
+        assert!(
+            std::env::var_os("WASMKEEP_REQUIRE_MOUNT").is_none(),
+            "WASMKEEP_REQUIRE_MOUNT is set but a tmpfs cannot be mounted (root only)"
+        );
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    };
+    let server = dev(dir.path(), &[]);
+    for n in 1..=3 {
+        let r = server.req("POST", "/demo/counter/alice/increment");
+        assert_eq!((r.status, r.text()), (200, n.to_string()));
+    }
+
+    // Sixteen clients, one actor each, increment in a loop; the disk fills
+    // up under them once 320 increments are acknowledged between them, and
+    // they go on until the node has refused some (a bound fails the test).
+    const CLIENTS: usize = 16;
+    const ATTEMPTS_MAX: u64 = 200_000;
+    let acked_total = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let attempts = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let addr = server.addr.clone();
+            let (acked_total, refused, attempts, stop) = (
+                Arc::clone(&acked_total),
+                Arc::clone(&refused),
+                Arc::clone(&attempts),
+                Arc::clone(&stop),
+            );
+            std::thread::spawn(move || {
+                let path = format!("/demo/counter/c{client}/increment");
+                let (mut acked, mut attempted) = (0_u64, 0_u64);
+                while !stop.load(Ordering::SeqCst)
+                    && attempts.fetch_add(1, Ordering::SeqCst) < ATTEMPTS_MAX
+                {
+                    attempted += 1;
+                    let r = request(&addr, "POST", &path, &[], b"");
+                    match r.status {
+                        200 => {
+                            acked += 1;
+                            acked_total.fetch_add(1, Ordering::SeqCst);
+                        }
+                        503 => {
+                            assert_eq!(r.json_code(), "unavailable", "{}", r.text());
+                            refused.fetch_add(1, Ordering::SeqCst);
+                        }
+                        other => panic!("{path}: {other} {}", r.text()),
+                    }
+                }
+                (acked, attempted)
+            })
+        })
+        .collect();
+    let bounded = |what: &str, done: &dyn Fn() -> bool| {
+        while !done() {
+            assert!(
+                attempts.load(Ordering::SeqCst) < ATTEMPTS_MAX,
+                "{ATTEMPTS_MAX} increments and still not {what}:\n{}",
+                server.logs()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    bounded("320 acknowledged", &|| {
+        acked_total.load(Ordering::SeqCst) >= 320
+    });
+    let filler = disk.fill();
+    // Writes that still fit (the journal's pages written ahead) are
+    // acknowledged; those that do not are refused.
+    bounded("refused", &|| refused.load(Ordering::SeqCst) > 0);
+    stop.store(true, Ordering::SeqCst);
+    let counts: Vec<(u64, u64)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+
+    // Space comes back: the node serves again without a restart.
+    std::fs::remove_file(&filler).unwrap();
+    server.wait_until("an increment after space was freed", |s| {
+        s.req("POST", "/demo/counter/alice/increment").status == 200
+    });
+    let alice = count(&server, "alice");
+    assert!(alice >= 4, "alice lost acknowledged increments: {alice}");
+    let check = |server: &Server| {
+        for (client, (acked, attempted)) in counts.iter().enumerate() {
+            let n = count(server, &format!("c{client}"));
+            assert!(
+                (*acked..=*attempted).contains(&n),
+                "c{client}: {n} outside acknowledged {acked} ..= attempted {attempted}"
+            );
+        }
+    };
+    check(&server);
+
+    server.kill();
+    let server = dev(dir.path(), &[]);
+    check(&server);
+    assert_eq!(count(&server, "alice"), alice, "alice after a kill -9");
+    drop(server);
+}
