@@ -19,6 +19,15 @@
 //! order, which is byte order within one folder level (e.g. the zero-padded
 //! sequence numbers of an actor log) on every server.
 //!
+//! A server that stops answering (hung, or its packets dropped) is given
+//! up on after [`ANSWER_TIME_MAX`] for a request without a body or with a
+//! small one, and a little longer per MiB of a larger body
+//! ([`answer_time_max`]): a conditional write then reports `OutcomeUnknown`,
+//! anything else `Unavailable`. `object_store`'s own 30 s per request
+//! (`AWS_TIMEOUT`) still bounds larger transfers. Without this bound a
+//! hung server held an event's response for minutes (each of the store's
+//! attempts waited the full 30 s); see ADR 0049.
+//!
 //! `delete_if_match` is [`Error::Unsupported`]: `object_store` 0.14 sends no
 //! conditional delete. Callers fall back to a "released" body written with
 //! `put_if_match` (see the trait).
@@ -40,8 +49,65 @@ use crate::{Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX, ListPage, Object, Object
 
 /// Retries of a read or an unconditional write.
 pub const RETRIES_MAX: usize = 3;
-/// Longest time spent retrying one read or unconditional write.
-pub const RETRY_TIMEOUT: Duration = Duration::from_secs(10);
+/// No retry of a read or unconditional write starts later than this after
+/// its first attempt (so that retries end within [`ANSWER_TIME_MAX`]).
+pub const RETRY_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// Longest wait for the server's answer to a request without a body or
+/// with a body of at most [`UPLOAD_BYTES_PER_SECOND_MIN`] bytes; the
+/// retrying client's retries count within it. Not less: SeaweedFS answers
+/// the losers of sixteen conditional writes racing on one key after up to
+/// 6 s (it retries its per-key lock once a second).
+pub const ANSWER_TIME_MAX: Duration = Duration::from_secs(10);
+/// The slowest upload [`answer_time_max`] allows for: one more second per
+/// this many bytes of body.
+pub const UPLOAD_BYTES_PER_SECOND_MIN: u64 = 1 << 20;
+
+/// How long a request with a body of `bytes` may wait for its answer.
+pub fn answer_time_max(bytes: u64) -> Duration {
+    ANSWER_TIME_MAX + Duration::from_secs(bytes / UPLOAD_BYTES_PER_SECOND_MIN)
+}
+
+/// Runs one request within `limit`: `Err(None)` when the server did not
+/// answer in time.
+async fn answered<T>(
+    limit: Duration,
+    request: impl std::future::Future<Output = object_store::Result<T>>,
+) -> std::result::Result<T, Option<object_store::Error>> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Some(e)),
+        Err(_) => Err(None),
+    }
+}
+
+/// The error of a request that got no answer within `limit`.
+fn unanswered(key: &str, limit: Duration, conditional_write: bool) -> Error {
+    let reason = format!("no answer from the S3 server within {limit:?}");
+    if conditional_write {
+        Error::OutcomeUnknown {
+            key: key.to_owned(),
+            reason,
+        }
+    } else {
+        Error::Unavailable {
+            key: key.to_owned(),
+            reason,
+        }
+    }
+}
+
+/// Maps the outcome of [`answered`].
+fn answer_error(
+    key: &str,
+    limit: Duration,
+    conditional_write: bool,
+) -> impl FnOnce(Option<object_store::Error>) -> Error {
+    move |e| match e {
+        Some(e) => map_error(key, e, conditional_write),
+        None => unanswered(key, limit, conditional_write),
+    }
+}
 
 /// The `s3://` bucket.
 pub struct S3Bucket {
@@ -157,10 +223,9 @@ impl S3Bucket {
             mode,
             ..PutOptions::default()
         };
-        match store
-            .put_opts(&path, PutPayload::from_bytes(bytes), options)
-            .await
-        {
+        let limit = answer_time_max(size);
+        let put = store.put_opts(&path, PutPayload::from_bytes(bytes), options);
+        match answered(limit, put).await {
             Ok(result) => Ok(ObjectMeta {
                 key: key.to_owned(),
                 etag: Etag(result.e_tag.unwrap_or_default()),
@@ -169,7 +234,7 @@ impl S3Bucket {
                 last_modified: std::time::SystemTime::now(),
                 size,
             }),
-            Err(e) => Err(map_error(key, e, conditional)),
+            Err(e) => Err(answer_error(key, limit, conditional)(e)),
         }
     }
 }
@@ -205,11 +270,11 @@ fn map_error(key: &str, e: object_store::Error, conditional_write: bool) -> Erro
 impl Bucket for S3Bucket {
     async fn get(&self, key: &str) -> Result<Object> {
         let path = self.path(key)?;
-        let result = self
-            .retrying
-            .get(&path)
+        // The answer's head within the limit; its body within
+        // `object_store`'s own (a snapshot may be large).
+        let result = answered(ANSWER_TIME_MAX, self.retrying.get(&path))
             .await
-            .map_err(|e| map_error(key, e, false))?;
+            .map_err(answer_error(key, ANSWER_TIME_MAX, false))?;
         let meta = self.meta(result.meta.clone());
         let bytes = result.bytes().await.map_err(|e| map_error(key, e, false))?;
         Ok(Object { bytes, meta })
@@ -217,11 +282,9 @@ impl Bucket for S3Bucket {
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         let path = self.path(key)?;
-        let meta = self
-            .retrying
-            .head(&path)
+        let meta = answered(ANSWER_TIME_MAX, self.retrying.head(&path))
             .await
-            .map_err(|e| map_error(key, e, false))?;
+            .map_err(answer_error(key, ANSWER_TIME_MAX, false))?;
         Ok(self.meta(meta))
     }
 
@@ -255,10 +318,9 @@ impl Bucket for S3Bucket {
 
     async fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
-        match self.retrying.delete(&path).await {
-            Ok(()) => Ok(()),
-            Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(map_error(key, e, false)),
+        match answered(ANSWER_TIME_MAX, self.retrying.delete(&path)).await {
+            Ok(()) | Err(Some(object_store::Error::NotFound { .. })) => Ok(()),
+            Err(e) => Err(answer_error(key, ANSWER_TIME_MAX, false)(e)),
         }
     }
 
@@ -275,12 +337,15 @@ impl Bucket for S3Bucket {
         let mut deleted = self
             .retrying
             .delete_stream(futures::stream::iter(paths).boxed());
-        while let Some(result) = deleted.next().await {
-            match result {
-                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+        loop {
+            let next = tokio::time::timeout(ANSWER_TIME_MAX, deleted.next()).await;
+            match next {
+                Ok(None) => break,
+                Ok(Some(Ok(_) | Err(object_store::Error::NotFound { .. }))) => {}
                 // A failure names its key in its message; the first key
                 // stands for the call.
-                Err(e) => return Err(map_error(first, e, false)),
+                Ok(Some(Err(e))) => return Err(map_error(first, e, false)),
+                Err(_) => return Err(unanswered(first, ANSWER_TIME_MAX, false)),
             }
         }
         Ok(())
@@ -324,7 +389,12 @@ impl Bucket for S3Bucket {
         };
         let mut objects = Vec::new();
         let mut more = false;
-        while let Some(item) = stream.next().await {
+        loop {
+            let item = match tokio::time::timeout(ANSWER_TIME_MAX, stream.next()).await {
+                Ok(Some(item)) => item,
+                Ok(None) => break,
+                Err(_) => return Err(unanswered(prefix, ANSWER_TIME_MAX, false)),
+            };
             let meta = self.meta(item.map_err(|e| map_error(prefix, e, false))?);
             if !meta.key.starts_with(prefix) {
                 // Sorted listing: past the prefix means done.

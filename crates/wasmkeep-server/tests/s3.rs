@@ -53,3 +53,75 @@ fn counter_survives_restart_and_kill_on_s3() {
         "kill -9 keeps every acknowledged increment"
     );
 }
+
+/// A stopped process (SIGSTOP) that is continued when this is dropped.
+struct Stopped(u32);
+
+impl Stopped {
+    fn stop(pid: u32) -> Stopped {
+        // SAFETY: signals our own child process (the test's SeaweedFS).
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGCONT) };
+    }
+}
+
+/// An S3 server that stops answering (SIGSTOP: connections are accepted,
+/// nothing is answered) gets an event waiting on it answered 503
+/// `unavailable` instead of held until the client gives up; once the server
+/// answers again the node serves by itself, and neither then nor after a
+/// kill -9 is an acknowledged increment missing (nor is there one more than
+/// was attempted).
+#[test]
+fn a_hung_s3_server_is_answered_503_and_the_node_recovers() {
+    if s3_tests_skipped("a_hung_s3_server_is_answered_503_and_the_node_recovers") {
+        return;
+    }
+    // Its own server: this test stops it.
+    let s3 = SeaweedFs::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = s3.bucket_url("hung");
+    let env = s3.env();
+    let start =
+        || Server::start_with_env(dir.path(), &["dev", "--bucket", &bucket], free_port(), &env);
+    let count = |server: &Server| -> u64 {
+        let r = server.req("GET", "/demo/counter/h/value");
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text().trim().parse().unwrap()
+    };
+
+    let server = start();
+    for expected in 1..=3u64 {
+        let r = server.req("POST", "/demo/counter/h/increment");
+        assert_eq!((r.status, r.text()), (200, expected.to_string()));
+    }
+    let (mut acked, mut attempted) = (3, 3);
+
+    let stopped = Stopped::stop(s3.pid());
+    // `req` gives up after common::WAIT_MAX (60 s) without an answer.
+    let r = server.req("POST", "/demo/counter/h/increment");
+    attempted += 1;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json_code(), "unavailable", "{}", r.text());
+    drop(stopped);
+
+    server.wait_until("an increment once the server answers again", |s| {
+        attempted += 1;
+        s.req("POST", "/demo/counter/h/increment").status == 200
+    });
+    acked += 1;
+    let n = count(&server);
+    assert!(
+        (acked..=attempted).contains(&n),
+        "{n} outside acknowledged {acked} ..= attempted {attempted}"
+    );
+    server.kill();
+    let server = start();
+    assert_eq!(count(&server), n, "after a kill -9");
+}

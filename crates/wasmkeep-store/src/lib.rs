@@ -63,6 +63,12 @@ pub struct StoreConfig {
     pub write_attempts_max: u32,
     /// Wait before the first retry of a failed write; doubles each attempt.
     pub write_retry_backoff: Duration,
+    /// No retry of a write starts later than this after its first attempt.
+    /// With the bucket's own bound on one request (S3: 10 s for a small
+    /// one), a bucket that stops answering breaks the store, and answers
+    /// its waiting events 503, within about this plus two requests' time
+    /// instead of after every attempt's full wait (ADR 0049).
+    pub write_time_max: Duration,
 }
 
 impl Default for StoreConfig {
@@ -77,6 +83,7 @@ impl Default for StoreConfig {
             statement_time_max: Duration::from_secs(10),
             write_attempts_max: 6,
             write_retry_backoff: Duration::from_millis(20),
+            write_time_max: Duration::from_secs(10),
         }
     }
 }

@@ -1093,8 +1093,11 @@ async fn put_settled(
     haste: Haste,
 ) -> Result<(), FailureKind> {
     let mut backoff = config.write_retry_backoff;
-    let mut last_error = String::new();
-    for attempt in 1..=config.write_attempts_max {
+    let mut last_error: String;
+    let started = tokio::time::Instant::now();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
         let put = match haste {
             Haste::Hurried => bucket.put_if_absent(key, body.clone()).await,
             Haste::Unhurried => bucket.put_if_absent_unhurried(key, body.clone()).await,
@@ -1117,20 +1120,28 @@ async fn put_settled(
             }
             Err(e) => return Err(FailureKind::Broken(e.to_string())),
         }
-        if attempt < config.write_attempts_max {
-            tokio::time::sleep(backoff).await;
-            backoff *= 2;
+        if !retry_allowed(attempts, started, config) {
+            break;
         }
+        tokio::time::sleep(backoff).await;
+        backoff = backoff.saturating_mul(2);
     }
-    // Out of attempts: one last read decides if an attempt applied.
+    // Out of attempts (or time): one last read decides if an attempt applied.
     match bucket.get(key).await {
         Ok(o) if o.bytes == body => Ok(()),
         Ok(_) => Err(FailureKind::Fenced),
         Err(e) => Err(FailureKind::Broken(format!(
-            "{} attempts failed (last: {last_error}); read-back: {e}",
-            config.write_attempts_max
+            "{attempts} {} failed (last: {last_error}); read-back: {e}",
+            if attempts == 1 { "attempt" } else { "attempts" }
         ))),
     }
+}
+
+/// Whether a write that failed `attempts` times since `started` may be
+/// tried again ([`StoreConfig::write_attempts_max`],
+/// [`StoreConfig::write_time_max`]).
+fn retry_allowed(attempts: u32, started: tokio::time::Instant, config: &StoreConfig) -> bool {
+    attempts < config.write_attempts_max && started.elapsed() < config.write_time_max
 }
 
 async fn put_retrying(
@@ -1141,18 +1152,19 @@ async fn put_retrying(
 ) -> Result<(), BucketError> {
     let mut backoff = config.write_retry_backoff;
     let mut attempt = 1;
+    let started = tokio::time::Instant::now();
     loop {
         match bucket.put(key, body.clone()).await {
             Ok(_) => return Ok(()),
             Err(e @ (BucketError::Unavailable { .. } | BucketError::OutcomeUnknown { .. }))
-                if attempt < config.write_attempts_max =>
+                if retry_allowed(attempt, started, config) =>
             {
                 tracing::debug!(key, error = %e, "retrying put");
             }
             Err(e) => return Err(e),
         }
         tokio::time::sleep(backoff).await;
-        backoff *= 2;
+        backoff = backoff.saturating_mul(2);
         attempt += 1;
     }
 }
@@ -1164,18 +1176,19 @@ async fn delete_retrying(
 ) -> Result<(), BucketError> {
     let mut backoff = config.write_retry_backoff;
     let mut attempt = 1;
+    let started = tokio::time::Instant::now();
     loop {
         match bucket.delete(key).await {
             Ok(()) => return Ok(()),
             Err(e) if e.is_retryable() || matches!(e, BucketError::OutcomeUnknown { .. }) => {
-                if attempt >= config.write_attempts_max {
+                if !retry_allowed(attempt, started, config) {
                     return Err(e);
                 }
             }
             Err(e) => return Err(e),
         }
         tokio::time::sleep(backoff).await;
-        backoff *= 2;
+        backoff = backoff.saturating_mul(2);
         attempt += 1;
     }
 }

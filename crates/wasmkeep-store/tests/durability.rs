@@ -1121,3 +1121,43 @@ async fn a_small_database_snapshots_early_where_short_lived_objects_are_cheap() 
         s.close().await;
     }
 }
+
+/// A bucket that keeps failing slowly breaks the store once
+/// `write_time_max` has passed since the record's first attempt, however
+/// many attempts `write_attempts_max` would still allow: the events waiting
+/// on the record get their error then instead of after every attempt.
+#[tokio::test(start_paused = true)]
+async fn a_bucket_that_keeps_failing_breaks_the_store_after_write_time_max() {
+    // Each request takes 100 ms (virtual time) and then fails.
+    let memory = MemoryBucket::new();
+    let bucket = Probe::over(memory);
+    let a = actor("slow-outage");
+    let cfg = StoreConfig {
+        write_attempts_max: 1_000,
+        write_retry_backoff: Duration::from_millis(10),
+        write_time_max: Duration::from_secs(1),
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    let puts_before = bucket.puts();
+    bucket
+        .inner
+        .faults()
+        .set_latency(Duration::from_millis(100), Duration::ZERO);
+    bucket.inner.faults().set_partitioned(true);
+
+    let started = tokio::time::Instant::now();
+    let failed = event(&mut s, &["INSERT INTO t VALUES (1)"]).await;
+    let waited = started.elapsed();
+    assert!(matches!(failed, Err(Error::Broken { .. })), "{failed:?}");
+    // Attempts start at 0, 110, 230, 370, 550, 810 and 1,230 ms (100 ms
+    // each plus the doubling backoff); the seventh fails at 1,330 ms, past
+    // the second, so no eighth: one read-back, and the store breaks.
+    let attempts = bucket.puts() - puts_before;
+    assert_eq!(attempts, 7, "put attempts");
+    assert!(
+        waited < Duration::from_millis(1_500),
+        "the store broke only after {waited:?} of virtual time"
+    );
+}
