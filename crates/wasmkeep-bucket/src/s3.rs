@@ -255,6 +255,16 @@ fn map_error(key: &str, e: object_store::Error, conditional_write: bool) -> Erro
             key: key.to_owned(),
             reason: "not a valid object path",
         },
+        // Refused (401/403): nothing applied, a conditional write included.
+        // Retrying helps only once the credentials or the policy change.
+        other @ (object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. }) => Error::Unavailable {
+            key: key.to_owned(),
+            reason: format!(
+                "the S3 server refused the request (check AWS_ACCESS_KEY_ID, \
+                 AWS_SECRET_ACCESS_KEY and the bucket's policy): {other}"
+            ),
+        },
         other if conditional_write => Error::OutcomeUnknown {
             key: key.to_owned(),
             reason: other.to_string(),

@@ -171,7 +171,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     static WRITES: AtomicU64 = AtomicU64::new(0);
     let cache_error = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| Error::Cache { path, source }
+        move |error| Error::Cache { path, error }
     };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(cache_error(dir))?;
@@ -183,11 +183,11 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         WRITES.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&tmp, bytes).map_err(cache_error(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(|source| {
+    std::fs::rename(&tmp, path).map_err(|error| {
         let _ = std::fs::remove_file(&tmp);
         Error::Cache {
             path: path.to_path_buf(),
-            source,
+            error,
         }
     })
 }

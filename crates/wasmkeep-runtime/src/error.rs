@@ -24,11 +24,11 @@ pub enum Error {
     WrongWorld(String),
     #[error("the component imports something the host does not provide: {0}")]
     Imports(String),
-    #[error("component cache {path}: {source}")]
+    /// (The I/O error is in the message, not also the `source()`.)
+    #[error("component cache {path}: {error}")]
     Cache {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("could not instantiate the component: {0}")]
     Instantiate(String),

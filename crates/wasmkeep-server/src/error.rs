@@ -5,7 +5,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A tenant, class or actor name in the path does not follow the rules.
-    #[error("{0}")]
+    #[error(transparent)]
     InvalidName(#[from] wasmkeep_types::Error),
     /// The path is not an actor path nor a `/_wasmkeep/` endpoint.
     #[error("no route for {0}")]
@@ -46,7 +46,7 @@ pub enum Error {
     HeldElsewhere { node: wasmkeep_types::NodeId },
     /// Leases, ownership records or peers failed.
     #[error("cluster: {0}")]
-    Cluster(#[from] wasmkeep_cluster::Error),
+    Cluster(wasmkeep_cluster::Error),
     /// An actor-to-actor call was refused (cycle, depth, other tenant).
     #[error("call refused: {0}")]
     Call(String),
@@ -54,7 +54,7 @@ pub enum Error {
     #[error("component refused: {0}")]
     Component(String),
     #[error("bucket: {0}")]
-    Bucket(#[from] wasmkeep_bucket::Error),
+    Bucket(wasmkeep_bucket::Error),
     /// The actor's database failed (fenced, corrupt, bucket down).
     #[error("store: {0}")]
     Store(String),
@@ -65,7 +65,28 @@ pub enum Error {
     #[error("configuration: {0}")]
     Config(String),
     #[error("io: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+// The wrapped errors of `Cluster`, `Bucket` and `Io` are in their messages,
+// so they are not also their `source()`: a chain printed whole (`{:#}`, as
+// the CLI prints its errors) would repeat each message twice.
+impl From<wasmkeep_cluster::Error> for Error {
+    fn from(e: wasmkeep_cluster::Error) -> Self {
+        Error::Cluster(e)
+    }
+}
+
+impl From<wasmkeep_bucket::Error> for Error {
+    fn from(e: wasmkeep_bucket::Error) -> Self {
+        Error::Bucket(e)
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
 }
 
 /// Seconds a client is asked to wait before retrying a `503`.

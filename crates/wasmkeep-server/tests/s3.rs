@@ -125,3 +125,39 @@ fn a_hung_s3_server_is_answered_503_and_the_node_recovers() {
     let server = start();
     assert_eq!(count(&server), n, "after a kill -9");
 }
+
+/// Wrong credentials: `wasmkeep dev` exits at once with an error that says
+/// the server refused the request and what to check, with the server's
+/// explanation once (not repeated by the error chain).
+#[test]
+fn wrong_credentials_fail_the_start_with_one_clear_error() {
+    if s3_tests_skipped("wrong_credentials_fail_the_start_with_one_clear_error") {
+        return;
+    }
+    let s3 = SeaweedFs::shared().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = s3.bucket_url(&format!("creds-{}", free_port()));
+    let output = std::process::Command::new(common::BIN)
+        .args(["dev", "--bucket", &bucket, "--listen"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--data-dir")
+        .arg(common::data_dir())
+        .args(["--guests-dir"])
+        .arg(common::guest("counter").parent().unwrap())
+        .current_dir(dir.path())
+        .envs(s3.env())
+        .env("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the S3 server refused the request (check AWS_ACCESS_KEY_ID"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("SignatureDoesNotMatch").count(),
+        1,
+        "the server's explanation once:\n{stderr}"
+    );
+}

@@ -33,7 +33,7 @@ pub enum Error {
     EventAborted(String),
     /// SQLite refused to commit or to set up the database.
     #[error("sqlite: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(rusqlite::Error),
     #[error(transparent)]
     Bucket(#[from] wasmkeep_bucket::Error),
     /// The flusher is gone (the runtime shut down).
@@ -42,3 +42,11 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+// The SQLite error is in the message, so it is not also the `source()`: a
+// chain printed whole (`{:#}`) would repeat it.
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        Error::Sqlite(e)
+    }
+}

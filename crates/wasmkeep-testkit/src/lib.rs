@@ -35,11 +35,9 @@ pub enum Error {
     WeedPathInvalid(String),
     #[error("the shared SeaweedFS of this test binary could not start: {0}")]
     SharedFailed(String),
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
+    /// (The I/O error is in the message, not also the `source()`.)
+    #[error("{what}: {error}")]
+    Io { what: String, error: std::io::Error },
     #[error("SeaweedFS did not become ready: {reason}\n--- weed log (tail) ---\n{log_tail}")]
     NotReady { reason: String, log_tail: String },
     #[error("no free loopback port pair found")]
@@ -50,7 +48,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
-    move |source| Error::Io { what, source }
+    move |error| Error::Io { what, error }
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (another process may

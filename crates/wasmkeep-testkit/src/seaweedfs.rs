@@ -284,7 +284,7 @@ impl SeaweedFs {
                     Err(e) => {
                         let _ = ready_tx.send(Err(Error::Io {
                             what: "spawn weed".to_owned(),
-                            source: e,
+                            error: e,
                         }));
                         return;
                     }
