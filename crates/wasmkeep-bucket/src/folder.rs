@@ -3178,9 +3178,6 @@ impl SyncPool {
 mod tests {
     use super::*;
 
-    /// Reading a counter file leaves its access time alone: under the
-    /// default `relatime`, a read after a write would otherwise update it
-    /// (the access time is set older than the write, as after every batch).
     #[test]
     fn an_etag_is_the_first_half_of_sha256_in_lower_case_hex() {
         // SHA-256("abc") = ba7816bf 8f01cfea 414140de 5dae2223 b00361a3 ...
@@ -3188,6 +3185,9 @@ mod tests {
         assert_eq!(content_etag(b"").0, "e3b0c44298fc1c149afbf4c8996fb924");
     }
 
+    /// Reading a counter file leaves its access time alone: under the
+    /// default `relatime`, a read after a write would otherwise update it
+    /// (the access time is set older than the write, as after every batch).
     #[test]
     fn reading_a_counter_file_does_not_touch_its_access_time() {
         let dir = tempfile::tempdir().expect("a temporary folder");

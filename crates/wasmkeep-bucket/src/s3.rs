@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
 use object_store::{
@@ -68,45 +68,25 @@ pub fn answer_time_max(bytes: u64) -> Duration {
     ANSWER_TIME_MAX + Duration::from_secs(bytes / UPLOAD_BYTES_PER_SECOND_MIN)
 }
 
-/// Runs one request within `limit`: `Err(None)` when the server did not
-/// answer in time.
+/// Runs one request for `key` within `limit`, its error mapped
+/// ([`map_error`]); without an answer in time a conditional write reports
+/// `OutcomeUnknown` and anything else `Unavailable`.
 async fn answered<T>(
-    limit: Duration,
-    request: impl std::future::Future<Output = object_store::Result<T>>,
-) -> std::result::Result<T, Option<object_store::Error>> {
-    match tokio::time::timeout(limit, request).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(Some(e)),
-        Err(_) => Err(None),
-    }
-}
-
-/// The error of a request that got no answer within `limit`.
-fn unanswered(key: &str, limit: Duration, conditional_write: bool) -> Error {
-    let reason = format!("no answer from the S3 server within {limit:?}");
-    if conditional_write {
-        Error::OutcomeUnknown {
-            key: key.to_owned(),
-            reason,
-        }
-    } else {
-        Error::Unavailable {
-            key: key.to_owned(),
-            reason,
-        }
-    }
-}
-
-/// Maps the outcome of [`answered`].
-fn answer_error(
     key: &str,
     limit: Duration,
     conditional_write: bool,
-) -> impl FnOnce(Option<object_store::Error>) -> Error {
-    move |e| match e {
-        Some(e) => map_error(key, e, conditional_write),
-        None => unanswered(key, limit, conditional_write),
-    }
+    request: impl std::future::Future<Output = object_store::Result<T>>,
+) -> Result<T> {
+    let Ok(answer) = tokio::time::timeout(limit, request).await else {
+        let reason = format!("no answer from the S3 server within {limit:?}");
+        let key = key.to_owned();
+        return Err(if conditional_write {
+            Error::OutcomeUnknown { key, reason }
+        } else {
+            Error::Unavailable { key, reason }
+        });
+    };
+    answer.map_err(|e| map_error(key, e, conditional_write))
 }
 
 /// The `s3://` bucket.
@@ -223,19 +203,16 @@ impl S3Bucket {
             mode,
             ..PutOptions::default()
         };
-        let limit = answer_time_max(size);
         let put = store.put_opts(&path, PutPayload::from_bytes(bytes), options);
-        match answered(limit, put).await {
-            Ok(result) => Ok(ObjectMeta {
-                key: key.to_owned(),
-                etag: Etag(result.e_tag.unwrap_or_default()),
-                // S3 returns no date on PUT; the local clock is close enough
-                // for the one use of this field (display).
-                last_modified: std::time::SystemTime::now(),
-                size,
-            }),
-            Err(e) => Err(answer_error(key, limit, conditional)(e)),
-        }
+        let result = answered(key, answer_time_max(size), conditional, put).await?;
+        Ok(ObjectMeta {
+            key: key.to_owned(),
+            etag: Etag(result.e_tag.unwrap_or_default()),
+            // S3 returns no date on PUT; the local clock is close enough
+            // for the one use of this field (display).
+            last_modified: std::time::SystemTime::now(),
+            size,
+        })
     }
 }
 
@@ -282,9 +259,7 @@ impl Bucket for S3Bucket {
         let path = self.path(key)?;
         // The answer's head within the limit; its body within
         // `object_store`'s own (a snapshot may be large).
-        let result = answered(ANSWER_TIME_MAX, self.retrying.get(&path))
-            .await
-            .map_err(answer_error(key, ANSWER_TIME_MAX, false))?;
+        let result = answered(key, ANSWER_TIME_MAX, false, self.retrying.get(&path)).await?;
         let meta = self.meta(result.meta.clone());
         let bytes = result.bytes().await.map_err(|e| map_error(key, e, false))?;
         Ok(Object { bytes, meta })
@@ -292,9 +267,7 @@ impl Bucket for S3Bucket {
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         let path = self.path(key)?;
-        let meta = answered(ANSWER_TIME_MAX, self.retrying.head(&path))
-            .await
-            .map_err(answer_error(key, ANSWER_TIME_MAX, false))?;
+        let meta = answered(key, ANSWER_TIME_MAX, false, self.retrying.head(&path)).await?;
         Ok(self.meta(meta))
     }
 
@@ -328,9 +301,9 @@ impl Bucket for S3Bucket {
 
     async fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
-        match answered(ANSWER_TIME_MAX, self.retrying.delete(&path)).await {
-            Ok(()) | Err(Some(object_store::Error::NotFound { .. })) => Ok(()),
-            Err(e) => Err(answer_error(key, ANSWER_TIME_MAX, false)(e)),
+        match answered(key, ANSWER_TIME_MAX, false, self.retrying.delete(&path)).await {
+            Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
@@ -348,14 +321,13 @@ impl Bucket for S3Bucket {
             .retrying
             .delete_stream(futures::stream::iter(paths).boxed());
         loop {
-            let next = tokio::time::timeout(ANSWER_TIME_MAX, deleted.next()).await;
-            match next {
+            // A failure names its key in its message; the first key stands
+            // for the call.
+            let next = deleted.next().map(Option::transpose);
+            match answered(first, ANSWER_TIME_MAX, false, next).await {
                 Ok(None) => break,
-                Ok(Some(Ok(_) | Err(object_store::Error::NotFound { .. }))) => {}
-                // A failure names its key in its message; the first key
-                // stands for the call.
-                Ok(Some(Err(e))) => return Err(map_error(first, e, false)),
-                Err(_) => return Err(unanswered(first, ANSWER_TIME_MAX, false)),
+                Ok(Some(_)) | Err(Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(())
@@ -400,12 +372,11 @@ impl Bucket for S3Bucket {
         let mut objects = Vec::new();
         let mut more = false;
         loop {
-            let item = match tokio::time::timeout(ANSWER_TIME_MAX, stream.next()).await {
-                Ok(Some(item)) => item,
-                Ok(None) => break,
-                Err(_) => return Err(unanswered(prefix, ANSWER_TIME_MAX, false)),
+            let next = stream.next().map(Option::transpose);
+            let Some(item) = answered(prefix, ANSWER_TIME_MAX, false, next).await? else {
+                break;
             };
-            let meta = self.meta(item.map_err(|e| map_error(prefix, e, false))?);
+            let meta = self.meta(item);
             if !meta.key.starts_with(prefix) {
                 // Sorted listing: past the prefix means done.
                 if meta.key.as_str() > prefix {

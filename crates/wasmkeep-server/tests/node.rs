@@ -8,19 +8,13 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{Server, folder_bucket, guest, request, try_request};
+use common::{Server, count, folder_bucket, guest, request, try_request};
 
 fn dev(dir: &std::path::Path, extra: &[&str]) -> Server {
     let bucket = folder_bucket(dir);
     let mut args = vec!["dev", "--bucket", bucket.as_str()];
     args.extend_from_slice(extra);
     Server::start(dir, &args)
-}
-
-fn count(server: &Server, actor: &str) -> u64 {
-    let r = server.req("GET", &format!("/demo/counter/{actor}/value"));
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.text().trim().parse().unwrap()
 }
 
 /// Runs `clients` threads, each incrementing until `stop` returns true or

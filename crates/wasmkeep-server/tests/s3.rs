@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Server, free_port};
+use common::{Server, count, free_port};
 use wasmkeep_testkit::{SeaweedFs, s3_tests_skipped};
 
 #[test]
@@ -19,14 +19,6 @@ fn counter_survives_restart_and_kill_on_s3() {
     let env = s3.env();
     let start =
         || Server::start_with_env(dir.path(), &["dev", "--bucket", &bucket], free_port(), &env);
-    let count = |server: &Server| {
-        server
-            .req("GET", "/demo/counter/s3/value")
-            .text()
-            .trim()
-            .parse::<u64>()
-            .unwrap()
-    };
 
     let server = start();
     for expected in 1..=20u64 {
@@ -38,7 +30,7 @@ fn counter_survives_restart_and_kill_on_s3() {
     assert!(server.stop(), "graceful shutdown exits 0");
     let server = start();
     assert_eq!(
-        count(&server),
+        count(&server, "s3"),
         20,
         "a restart keeps every acknowledged increment"
     );
@@ -48,7 +40,7 @@ fn counter_survives_restart_and_kill_on_s3() {
     server.kill();
     let server = start();
     assert_eq!(
-        count(&server),
+        count(&server, "s3"),
         25,
         "kill -9 keeps every acknowledged increment"
     );
@@ -90,11 +82,6 @@ fn a_hung_s3_server_is_answered_503_and_the_node_recovers() {
     let env = s3.env();
     let start =
         || Server::start_with_env(dir.path(), &["dev", "--bucket", &bucket], free_port(), &env);
-    let count = |server: &Server| -> u64 {
-        let r = server.req("GET", "/demo/counter/h/value");
-        assert_eq!(r.status, 200, "{}", r.text());
-        r.text().trim().parse().unwrap()
-    };
 
     let server = start();
     for expected in 1..=3u64 {
@@ -116,14 +103,14 @@ fn a_hung_s3_server_is_answered_503_and_the_node_recovers() {
         s.req("POST", "/demo/counter/h/increment").status == 200
     });
     acked += 1;
-    let n = count(&server);
+    let n = count(&server, "h");
     assert!(
         (acked..=attempted).contains(&n),
         "{n} outside acknowledged {acked} ..= attempted {attempted}"
     );
     server.kill();
     let server = start();
-    assert_eq!(count(&server), n, "after a kill -9");
+    assert_eq!(count(&server, "h"), n, "after a kill -9");
 }
 
 /// Wrong credentials: `wasmkeep dev` exits at once with an error that says

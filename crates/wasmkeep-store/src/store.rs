@@ -1150,23 +1150,9 @@ async fn put_retrying(
     body: Bytes,
     config: &StoreConfig,
 ) -> Result<(), BucketError> {
-    let mut backoff = config.write_retry_backoff;
-    let mut attempt = 1;
-    let started = tokio::time::Instant::now();
-    loop {
-        match bucket.put(key, body.clone()).await {
-            Ok(_) => return Ok(()),
-            Err(e @ (BucketError::Unavailable { .. } | BucketError::OutcomeUnknown { .. }))
-                if retry_allowed(attempt, started, config) =>
-            {
-                tracing::debug!(key, error = %e, "retrying put");
-            }
-            Err(e) => return Err(e),
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = backoff.saturating_mul(2);
-        attempt += 1;
-    }
+    retrying(key, config, || bucket.put(key, body.clone()))
+        .await
+        .map(|_| ())
 }
 
 async fn delete_retrying(
@@ -1174,16 +1160,31 @@ async fn delete_retrying(
     key: &str,
     config: &StoreConfig,
 ) -> Result<(), BucketError> {
+    retrying(key, config, || bucket.delete(key)).await
+}
+
+/// Runs a write that may be repeated (an unconditional put, a delete) until
+/// it succeeds, fails for good, or [`retry_allowed`] says no more:
+/// `Unavailable` and `OutcomeUnknown` are tried again after a doubling
+/// backoff.
+async fn retrying<T, F>(
+    key: &str,
+    config: &StoreConfig,
+    mut write: impl FnMut() -> F,
+) -> Result<T, BucketError>
+where
+    F: std::future::Future<Output = Result<T, BucketError>>,
+{
     let mut backoff = config.write_retry_backoff;
     let mut attempt = 1;
     let started = tokio::time::Instant::now();
     loop {
-        match bucket.delete(key).await {
-            Ok(()) => return Ok(()),
-            Err(e) if e.is_retryable() || matches!(e, BucketError::OutcomeUnknown { .. }) => {
-                if !retry_allowed(attempt, started, config) {
-                    return Err(e);
-                }
+        match write().await {
+            Ok(done) => return Ok(done),
+            Err(e @ (BucketError::Unavailable { .. } | BucketError::OutcomeUnknown { .. }))
+                if retry_allowed(attempt, started, config) =>
+            {
+                tracing::debug!(key, error = %e, "retrying a write");
             }
             Err(e) => return Err(e),
         }

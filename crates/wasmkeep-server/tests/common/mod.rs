@@ -285,6 +285,13 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The value of the bundled counter `/demo/counter/<actor>` (must answer 200).
+pub fn count(server: &Server, actor: &str) -> u64 {
+    let r = server.req("GET", &format!("/demo/counter/{actor}/value"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.text().trim().parse().unwrap()
+}
+
 /// `file://` URL of a folder bucket inside `dir`.
 pub fn folder_bucket(dir: &Path) -> String {
     format!("file://{}", dir.join("bucket").display())
