@@ -239,6 +239,15 @@ pub struct NodeArgs {
     /// Largest request body (default 32 MiB).
     #[arg(long, env = "WASMKEEP_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<String>,
+    /// Longest a connection may take to send a request's head, counted from
+    /// its opening or its previous response; slower or idle connections are
+    /// closed (default 60s).
+    #[arg(long, env = "WASMKEEP_HEADER_TIMEOUT")]
+    pub header_timeout: Option<String>,
+    /// Longest wait for the next part of a request body; a stalled body gets
+    /// 408 (default 60s).
+    #[arg(long, env = "WASMKEEP_BODY_TIMEOUT")]
+    pub body_timeout: Option<String>,
     /// Events waiting in one actor's mailbox before 503 (default 1024).
     #[arg(long, env = "WASMKEEP_MAX_MAILBOX_EVENTS")]
     pub max_mailbox_events: Option<String>,
@@ -457,6 +466,16 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
         "event_time_max",
         &mut config.limits.event_time_max,
     )?;
+    duration(
+        args.header_timeout.as_ref(),
+        "header_timeout",
+        &mut config.limits.header_time_max,
+    )?;
+    duration(
+        args.body_timeout.as_ref(),
+        "body_timeout",
+        &mut config.limits.body_idle_time_max,
+    )?;
     let count = |flag: Option<&String>, key: &str, target: &mut usize| -> anyhow::Result<()> {
         if let Some(text) = file.pick(flag, key) {
             let flag_name = key.replace('_', "-");
@@ -500,9 +519,12 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
         || config.alarm_sweep_period.is_zero()
         || config.idle_timeout.is_zero()
         || config.lease_ttl.is_zero()
+        || config.limits.header_time_max.is_zero()
+        || config.limits.body_idle_time_max.is_zero()
     {
         bail!(
-            "--heartbeat, --lease-ttl, --alarm-sweep and --idle-timeout must be longer than zero"
+            "--heartbeat, --lease-ttl, --alarm-sweep, --idle-timeout, --header-timeout and \
+             --body-timeout must be longer than zero"
         );
     }
     if config.heartbeat_period >= config.lease_ttl {

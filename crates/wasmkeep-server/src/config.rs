@@ -12,6 +12,13 @@ use wasmkeep_types::{AppName, ClassName, NodeId};
 pub struct Limits {
     /// Largest request body read from a client.
     pub body_bytes_max: usize,
+    /// Longest a connection may take to send a request's head, counted from
+    /// its opening or from the end of its previous response: a slow or idle
+    /// connection is closed after it (ADR 0050).
+    pub header_time_max: Duration,
+    /// Longest wait for the next part of a request body; a stalled body is
+    /// answered 408 and reaches no actor.
+    pub body_idle_time_max: Duration,
     /// Events waiting in one actor's mailbox; a full mailbox answers 503.
     pub mailbox_events_max: usize,
     /// Largest WebSocket message accepted from a client.
@@ -42,6 +49,8 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             body_bytes_max: 32 * 1024 * 1024,
+            header_time_max: Duration::from_secs(60),
+            body_idle_time_max: Duration::from_secs(60),
             mailbox_events_max: 1024,
             socket_message_bytes_max: 1024 * 1024,
             sockets_per_actor_max: 1000,

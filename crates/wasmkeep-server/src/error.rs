@@ -16,6 +16,9 @@ pub enum Error {
     /// The request body is larger than the node accepts.
     #[error("request body larger than {limit_bytes} bytes")]
     BodyTooLarge { limit_bytes: usize },
+    /// The client stopped sending its request body before its end.
+    #[error("the request body stalled: nothing arrived for {waited:?}")]
+    BodyStalled { waited: std::time::Duration },
     /// A client request lacks its tenant's bearer token, or carries a wrong one.
     #[error("unauthorized: {0}")]
     Unauthorized(String),
@@ -107,6 +110,7 @@ impl Error {
             Error::Unauthorized(_) => 401,
             Error::NoRoute(_) | Error::UnknownClass(_) => 404,
             Error::BodyTooLarge { .. } => 413,
+            Error::BodyStalled { .. } => 408,
             Error::Call(_) => 508,
             Error::Guest(_) => 500,
             Error::Unavailable { .. }
@@ -127,6 +131,7 @@ impl Error {
             Error::NoRoute(_) => "no_route",
             Error::UnknownClass(_) => "unknown_class",
             Error::BodyTooLarge { .. } => "body_too_large",
+            Error::BodyStalled { .. } => "request_timeout",
             Error::BadRequest(_) => "bad_request",
             Error::Unauthorized(_) => "unauthorized",
             Error::Guest(_) => "guest_failed",
@@ -190,6 +195,20 @@ mod tests {
     fn statuses_fit_the_error() {
         assert_eq!(Error::UnknownClass("x".into()).status(), 404);
         assert_eq!(Error::BodyTooLarge { limit_bytes: 1 }.status(), 413);
+        assert_eq!(
+            Error::BodyStalled {
+                waited: std::time::Duration::from_secs(1)
+            }
+            .status(),
+            408
+        );
+        assert_eq!(
+            Error::BodyStalled {
+                waited: std::time::Duration::from_secs(1)
+            }
+            .code(),
+            "request_timeout"
+        );
         assert_eq!(Error::Unauthorized("x".into()).status(), 401);
         assert_eq!(Error::Unauthorized("x".into()).code(), "unauthorized");
         assert_eq!(Error::Guest("trap".into()).status(), 500);

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -103,12 +103,17 @@ async fn serve_connection<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let header_time_max = node.config.limits.header_time_max;
     let service = service_fn(move |req| {
         let node = Arc::clone(&node);
         async move { Ok::<_, Infallible>(handle(node, req).await) }
     });
+    // The head's time limit also ends an idle keep-alive connection: hyper
+    // starts it when it waits for the next request (ADR 0050).
     let conn = http1::Builder::new()
         .keep_alive(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_time_max)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     tokio::pin!(conn);
@@ -224,16 +229,12 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
     {
         return Err(Error::BodyTooLarge { limit_bytes: limit });
     }
-    let body = match Limited::new(req.into_body(), limit).collect().await {
-        Ok(collected) => collected.to_bytes().to_vec(),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            return Err(Error::BodyTooLarge { limit_bytes: limit });
-        }
-        Err(e) => return Err(Error::BadRequest(format!("reading the body failed: {e}"))),
-    };
+    let body = read_body(
+        req.into_body(),
+        limit,
+        node.config.limits.body_idle_time_max,
+    )
+    .await?;
     dispatch_actor(
         node,
         Call {
@@ -248,6 +249,43 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
         },
     )
     .await
+}
+
+/// Reads a request body of at most `limit` bytes, waiting at most
+/// `idle_max` for each next part of it.
+async fn read_body(body: Incoming, limit: usize, idle_max: Duration) -> Result<Vec<u8>> {
+    if body.is_end_stream() {
+        return Ok(Vec::new());
+    }
+    let mut body = Limited::new(body, limit);
+    let mut bytes = Vec::new();
+    loop {
+        let frame = match tokio::time::timeout(idle_max, body.frame()).await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(None) => return Ok(bytes),
+            Ok(Some(Err(e))) => {
+                return Err(
+                    if e.downcast_ref::<http_body_util::LengthLimitError>()
+                        .is_some()
+                    {
+                        Error::BodyTooLarge { limit_bytes: limit }
+                    } else {
+                        Error::BadRequest(format!("reading the body failed: {e}"))
+                    },
+                );
+            }
+            Err(_) => {
+                return Err(Error::BodyStalled { waited: idle_max });
+            }
+        };
+        if let Ok(data) = frame.into_data() {
+            if bytes.is_empty() && body.is_end_stream() {
+                // The common case, the whole body in one part: one copy.
+                return Ok(data.to_vec());
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
 }
 
 /// An actor request whose body was read, as it arrived.

@@ -528,6 +528,82 @@ fn serve_runs_classes_deployed_with_the_deploy_command() {
     assert_eq!(other.req("POST", "/acme/counter/x/increment").status, 404);
 }
 
+/// Reads from `stream` until the server closes it (or the test's wait
+/// ends, which fails); returns what arrived.
+fn read_until_closed(stream: &mut std::net::TcpStream) -> Vec<u8> {
+    use std::io::Read;
+    stream.set_read_timeout(Some(common::WAIT_MAX)).unwrap();
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .expect("the server closes the connection (a read timeout here means it never did)");
+    raw
+}
+
+#[test]
+fn slow_and_idle_connections_are_closed_and_a_stalled_body_gets_408() {
+    use std::io::Write;
+    use std::net::TcpStream;
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(
+        dir.path(),
+        &["--header-timeout", "1s", "--body-timeout", "1s"],
+    );
+
+    // A head that never ends (slowloris): closed without an answer.
+    let mut slow = TcpStream::connect(&server.addr).unwrap();
+    slow.write_all(b"GET /_wasmkeep/health HTTP/1.1\r\nhost: x\r\nx-slow: 1")
+        .unwrap();
+    assert_eq!(
+        read_until_closed(&mut slow),
+        b"",
+        "a slow head got an answer"
+    );
+
+    // A connection that never sends anything: closed.
+    let mut silent = TcpStream::connect(&server.addr).unwrap();
+    assert_eq!(read_until_closed(&mut silent), b"");
+
+    // A keep-alive connection is answered, then closed once idle.
+    let mut idle = TcpStream::connect(&server.addr).unwrap();
+    idle.write_all(
+        b"POST /demo/counter/c/increment HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
+    )
+    .unwrap();
+    let answered = String::from_utf8(read_until_closed(&mut idle)).unwrap();
+    assert!(
+        answered.starts_with("HTTP/1.1 200") && answered.ends_with("\r\n\r\n1"),
+        "the request before the idle time was not served: {answered:?}"
+    );
+
+    // A body that stops arriving: 408, and it reaches no actor.
+    let mut stalled = TcpStream::connect(&server.addr).unwrap();
+    stalled
+        .write_all(b"POST /demo/counter/c/increment HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\nonly a part")
+        .unwrap();
+    let answer = String::from_utf8(read_until_closed(&mut stalled)).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 408") && answer.contains(r#""code":"request_timeout""#),
+        "a stalled body was not answered 408: {answer:?}"
+    );
+    assert_eq!(
+        count(&server, "c"),
+        1,
+        "the stalled request changed the actor"
+    );
+
+    // Zero would close every connection at once: refused at start.
+    let refused = std::process::Command::new(common::BIN)
+        .args(["dev", "--bucket", "memory://", "--header-timeout", "0s"])
+        .output()
+        .unwrap();
+    assert!(
+        common::failed(&refused).contains("--header-timeout"),
+        "{}",
+        common::failed(&refused)
+    );
+}
+
 #[test]
 fn limits_answer_413_and_503_and_stop_runaway_guests() {
     let dir = tempfile::tempdir().unwrap();
