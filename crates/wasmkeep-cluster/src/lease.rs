@@ -205,15 +205,23 @@ impl NodeLease {
     }
 
     /// Ends the lease at a clean shutdown, after every actor was released:
-    /// deletes the heartbeat so peers need not wait for the TTL.
-    pub async fn resign(&self, bucket: &dyn Bucket, key: &str) -> Result<()> {
+    /// deletes the heartbeat so peers need not wait for the TTL. A lease
+    /// that is no longer valid is only ended: peers call its heartbeat
+    /// expired within about a heartbeat period anyway, and the bucket that
+    /// kept it from being renewed would likely keep the delete waiting too.
+    /// Returns whether the heartbeat was deleted.
+    pub async fn resign(&self, bucket: &dyn Bucket, key: &str) -> Result<bool> {
+        let was_valid = self.is_valid();
         {
             let mut state = self.state.lock();
             state.valid_until = None;
             state.lapsed = true;
         }
+        if !was_valid {
+            return Ok(false);
+        }
         bucket.delete(key).await?;
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -528,16 +528,19 @@ fn unproven_for_too_long(node: &Node) -> bool {
     })
 }
 
-/// Ends the lease at a clean shutdown (after the actors were released).
-pub async fn resign(node: &Node) {
+/// Ends the lease at a clean shutdown (after the actors were released),
+/// waiting for the heartbeat's delete until `deadline` at most.
+pub async fn resign(node: &Node, deadline: tokio::time::Instant) {
     let _writing = node.heartbeat_lock.lock().await;
     let _ = node.resigned_tx.send(true);
     let key = node.keys.node(&node.node_id);
-    match node.lease.resign(&*node.bucket, &key).await {
-        Ok(()) => tracing::info!("lease resigned: heartbeat deleted"),
-        Err(e) => {
+    match tokio::time::timeout_at(deadline, node.lease.resign(&*node.bucket, &key)).await {
+        Ok(Ok(true)) => tracing::info!("lease resigned: heartbeat deleted"),
+        Ok(Ok(false)) => tracing::info!("the lease had lapsed; its heartbeat expires by itself"),
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, "deleting the heartbeat failed; it expires after the TTL")
         }
+        Err(_) => tracing::warn!("deleting the heartbeat took too long; it expires after the TTL"),
     }
 }
 

@@ -604,6 +604,26 @@ async fn run_alarm(
     }
 }
 
+/// Runs a bucket step of a hand-over unless this node's lease runs out
+/// first: then the step no longer matters (nothing can be acknowledged, and
+/// another node may take the actor once the lease is over), and a bucket
+/// that does not answer must not hold the actor past it.
+async fn unless_lapsed<T>(node: &Node, step: impl Future<Output = T>) -> Option<T> {
+    let lapsed = async {
+        // Renewals move the end while the step runs.
+        while let Some(until) = node.lease.valid_until()
+            && node.clock.now() < until
+        {
+            tokio::time::sleep_until(until).await;
+        }
+    };
+    tokio::select! {
+        biased;
+        () = lapsed => None,
+        out = step => Some(out),
+    }
+}
+
 /// Hands the actor over: finishes queued events, closes sockets, flushes,
 /// closes the instance and the database, releases the ownership record.
 /// Returns the mailbox back when a hibernation is called off.
@@ -675,7 +695,7 @@ async fn hand_over(
     } = active;
     drop(release_tx);
     let _ = releaser.await;
-    if healthy && let Err(e) = host(&mut instance).store.flush().await {
+    if healthy && let Some(Err(e)) = unless_lapsed(node, host(&mut instance).store.flush()).await {
         tracing::warn!(actor = %stub.id, error = %e, "flush at hand-over failed");
     }
     // The committed alarm, read before the database closes.
@@ -686,19 +706,27 @@ async fn hand_over(
         // the code before the actor leaves.
         await_sockets_closed(stub).await;
     }
-    let returned = if fenced {
-        // The lease lapsed: another node may hold the actor by now, so the
-        // record is not touched; it names an incarnation that never renews.
-        tracing::warn!(actor = %stub.id, "dropped without release: this node's lease lapsed");
-        LeaseReturn::Failed
+    // The lease lapsed (before or during the hand-over): another node may
+    // hold the actor by now, so the record is not touched (or its release
+    // is abandoned); it names an incarnation that never renews.
+    let release = if fenced || stub.is_fenced() {
+        None
     } else {
-        let returned = release_hold(node, &stub.id, &hold).await;
-        if returned == LeaseReturn::Failed && node.lease.is_valid() {
-            // The record names this node while it lives: given back at a
-            // later heartbeat, so the actor does not wait for this node to stop.
-            node.leftovers.add(node, &stub.id);
+        unless_lapsed(node, release_hold(node, &stub.id, &hold)).await
+    };
+    let returned = match release {
+        None => {
+            tracing::warn!(actor = %stub.id, "dropped without release: this node's lease lapsed");
+            LeaseReturn::Failed
         }
-        returned
+        Some(returned) => {
+            if returned == LeaseReturn::Failed && node.lease.is_valid() {
+                // The record names this node while it lives: given back at a
+                // later heartbeat, so the actor does not wait for this node to stop.
+                node.leftovers.add(node, &stub.id);
+            }
+            returned
+        }
     };
     if leave == Leave::Move && planted::hibernate_after_release() {
         // Planted bug (ADR 0017's first draft): forget the move right after

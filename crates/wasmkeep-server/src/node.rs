@@ -135,6 +135,10 @@ type ActorMap = HashMap<ActorId, Entry, foldhash::fast::RandomState>;
 /// hibernate at once: 1,000 resident actors give batches of 15.
 const EVICTION_BATCH_DIVISOR: usize = 64;
 
+/// At shutdown, the least time given to deleting the heartbeat when the
+/// releases used up the grace.
+const RESIGN_TIME_MIN: Duration = Duration::from_secs(2);
+
 pub struct Node {
     pub config: NodeConfig,
     pub bucket: Arc<dyn Bucket>,
@@ -1048,7 +1052,10 @@ impl Node {
                 break;
             }
         }
-        cluster::resign(self).await;
+        // The heartbeat's delete gets what is left of the grace, and at
+        // least a moment after a grace spent on slow releases.
+        let resign_deadline = deadline.max(tokio::time::Instant::now() + RESIGN_TIME_MIN);
+        cluster::resign(self, resign_deadline).await;
     }
 
     /// Self-fencing after a lapsed lease: every resident actor is dropped

@@ -69,7 +69,8 @@ impl Drop for Stopped {
 /// `unavailable` instead of held until the client gives up; once the server
 /// answers again the node serves by itself, and neither then nor after a
 /// kill -9 is an acknowledged increment missing (nor is there one more than
-/// was attempted).
+/// was attempted). A SIGTERM during a hang stops waiting on the bucket once
+/// the node's lease has run out.
 #[test]
 fn a_hung_s3_server_is_answered_503_and_the_node_recovers() {
     if s3_tests_skipped("a_hung_s3_server_is_answered_503_and_the_node_recovers") {
@@ -108,6 +109,22 @@ fn a_hung_s3_server_is_answered_503_and_the_node_recovers() {
         (acked..=attempted).contains(&n),
         "{n} outside acknowledged {acked} ..= attempted {attempted}"
     );
+
+    // A SIGTERM while the server hangs again: the node's lease runs out,
+    // and from then on the shutdown waits on the bucket no more (the
+    // actor's release is abandoned, the heartbeat left to expire).
+    let stopped = Stopped::stop(s3.pid());
+    let log = server.log.clone();
+    assert!(server.stop(), "the shutdown exits 0");
+    drop(stopped);
+    let logs = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logs.contains("dropped without release: this node's lease lapsed")
+            && logs.contains("the lease had lapsed; its heartbeat expires by itself"),
+        "the shutdown waited on the hung server after the lease ran out:\n{logs}"
+    );
+    let server = start();
+    assert_eq!(count(&server, "h"), n, "after that shutdown");
     server.kill();
     let server = start();
     assert_eq!(count(&server, "h"), n, "after a kill -9");
