@@ -159,10 +159,6 @@ pub struct DevArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub node: NodeArgs,
-    /// On SIGTERM, drain this node (hand every actor to its peers) for at
-    /// most this long before stopping (ADR 0014).
-    #[arg(long, env = "WASMKEEP_DRAIN_TIMEOUT", default_value = "30s")]
-    pub drain_timeout: String,
 }
 
 /// Flags of a node (`serve`, and `dev` with other defaults).
@@ -257,6 +253,11 @@ pub struct NodeArgs {
     /// Open WebSockets per actor (default 1000).
     #[arg(long, env = "WASMKEEP_MAX_SOCKETS_PER_ACTOR")]
     pub max_sockets_per_actor: Option<String>,
+    /// On SIGTERM, `serve` drains this node (hands every actor to its
+    /// peers) for at most this long before stopping (ADR 0014; default
+    /// 30s); `dev` does not drain.
+    #[arg(long, env = "WASMKEEP_DRAIN_TIMEOUT")]
+    pub drain_timeout: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -298,6 +299,17 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
 #[derive(Debug, Default)]
 struct FileConfig(BTreeMap<String, String>);
 
+/// The keys a config file may set: the flags of a node.
+fn file_keys() -> Vec<String> {
+    let mut keys: Vec<String> = NodeArgs::augment_args(clap::Command::new("node"))
+        .get_arguments()
+        .map(|arg| arg.get_id().as_str().to_owned())
+        .filter(|key| key != "config")
+        .collect();
+    keys.sort();
+    keys
+}
+
 impl FileConfig {
     fn load(path: Option<&Path>) -> anyhow::Result<Self> {
         let Some(path) = path else {
@@ -307,8 +319,25 @@ impl FileConfig {
             .with_context(|| format!("reading config file {}", path.display()))?;
         let table: toml::Table = toml::from_str(&text)
             .with_context(|| format!("parsing config file {}", path.display()))?;
+        let known = file_keys();
         let mut values = BTreeMap::new();
         for (key, value) in table {
+            let name = key.replace('-', "_");
+            if !known.contains(&name) {
+                let closest = known
+                    .iter()
+                    .map(|k| (strsim::levenshtein(k, &name), k))
+                    .min()
+                    .filter(|(distance, _)| *distance <= 3);
+                let hint = match closest {
+                    Some((_, k)) => format!("did you mean {k}?"),
+                    None => format!("the keys are {}", known.join(", ")),
+                };
+                bail!(
+                    "config file {}: unknown key {key:?} ({hint})",
+                    path.display()
+                );
+            }
             let text = match value {
                 toml::Value::String(s) => s,
                 toml::Value::Integer(i) => i.to_string(),
@@ -325,7 +354,7 @@ impl FileConfig {
                     .join(","),
                 other => bail!("config key {key}: unsupported value {other}"),
             };
-            values.insert(key.replace('-', "_"), text);
+            values.insert(name, text);
         }
         Ok(Self(values))
     }
@@ -465,6 +494,11 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
         args.event_time_max.as_ref(),
         "event_time_max",
         &mut config.limits.event_time_max,
+    )?;
+    duration(
+        args.drain_timeout.as_ref(),
+        "drain_timeout",
+        &mut config.drain_timeout,
     )?;
     duration(
         args.header_timeout.as_ref(),
@@ -1077,7 +1111,6 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let drain_timeout = parse_duration(&args.drain_timeout).context("--drain-timeout")?;
     let (config, bucket_url) = node_config(
         &args.node,
         Defaults {
@@ -1087,6 +1120,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
     )?;
     let (bucket, runtime) = open_bucket_and_runtime(&bucket_url, &config).await?;
+    let drain_timeout = config.drain_timeout;
     serve_node(config, bucket, runtime, Some(drain_timeout), |addr| {
         tracing::info!(%addr, "ready");
     })
@@ -1200,6 +1234,44 @@ mod tests {
         );
         assert_eq!(config.actors_max, 7);
         assert_eq!(config.classes.as_ref().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn config_file_keys_are_checked_and_each_flag_is_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let load = |text: &str| {
+            let path = dir.path().join("node.toml");
+            std::fs::write(&path, text).expect("write");
+            let args = NodeArgs {
+                config: Some(path),
+                ..NodeArgs::default()
+            };
+            let defaults = Defaults {
+                bucket: Some("memory://".into()),
+                node_id: "n1".into(),
+                listen: "127.0.0.1:0",
+            };
+            node_config(&args, defaults).map(|(config, _)| config)
+        };
+        let typo = load("idle_timout = \"5s\"\n").expect_err("a misspelt key");
+        assert!(
+            format!("{typo:#}")
+                .contains("unknown key \"idle_timout\" (did you mean idle_timeout?)"),
+            "{typo:#}"
+        );
+        let unknown = load("colour = \"blue\"\n").expect_err("an unknown key");
+        assert!(
+            format!("{unknown:#}").contains("the keys are advertise, alarm_sweep, app, "),
+            "{unknown:#}"
+        );
+        // Every flag of a node is a key, `serve`'s drain time included.
+        let config = load("drain-timeout = \"7s\"\nheader_timeout = \"9s\"\n").expect("known keys");
+        assert_eq!(config.drain_timeout, Duration::from_secs(7));
+        assert_eq!(config.limits.header_time_max, Duration::from_secs(9));
+        assert!(
+            !file_keys().contains(&"config".to_owned()),
+            "a file names no other file"
+        );
     }
 
     #[test]

@@ -102,6 +102,10 @@ pub struct NodeConfig {
     pub secrets_identity: Option<PathBuf>,
     /// Client requests must carry their tenant's bearer token.
     pub tenant_tokens: bool,
+    /// On SIGTERM, `wasmkeep serve` drains the node (hands every actor to
+    /// its peers) for at most this long before stopping (ADR 0014); `dev`
+    /// has no peers and does not drain.
+    pub drain_timeout: Duration,
     pub limits: Limits,
 }
 
@@ -127,6 +131,7 @@ impl NodeConfig {
             tls_ca: None,
             secrets_identity: None,
             tenant_tokens: false,
+            drain_timeout: Duration::from_secs(30),
             limits: Limits::default(),
         }
     }
