@@ -244,6 +244,11 @@ pub struct NodeArgs {
     /// 408 (default 60s).
     #[arg(long, env = "WASMKEEP_BODY_TIMEOUT")]
     pub body_timeout: Option<String>,
+    /// Longest a write to a client may wait because the client reads
+    /// nothing (a response or WebSocket messages); the connection is then
+    /// closed (default 60s).
+    #[arg(long, env = "WASMKEEP_SEND_TIMEOUT")]
+    pub send_timeout: Option<String>,
     /// Events waiting in one actor's mailbox before 503 (default 1024).
     #[arg(long, env = "WASMKEEP_MAX_MAILBOX_EVENTS")]
     pub max_mailbox_events: Option<String>,
@@ -510,6 +515,11 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
         "body_timeout",
         &mut config.limits.body_idle_time_max,
     )?;
+    duration(
+        args.send_timeout.as_ref(),
+        "send_timeout",
+        &mut config.limits.send_idle_time_max,
+    )?;
     let count = |flag: Option<&String>, key: &str, target: &mut usize| -> anyhow::Result<()> {
         if let Some(text) = file.pick(flag, key) {
             let flag_name = key.replace('_', "-");
@@ -555,10 +565,11 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
         || config.lease_ttl.is_zero()
         || config.limits.header_time_max.is_zero()
         || config.limits.body_idle_time_max.is_zero()
+        || config.limits.send_idle_time_max.is_zero()
     {
         bail!(
-            "--heartbeat, --lease-ttl, --alarm-sweep, --idle-timeout, --header-timeout and \
-             --body-timeout must be longer than zero"
+            "--heartbeat, --lease-ttl, --alarm-sweep, --idle-timeout, --header-timeout, \
+             --body-timeout and --send-timeout must be longer than zero"
         );
     }
     if config.heartbeat_period >= config.lease_ttl {

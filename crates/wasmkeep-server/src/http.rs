@@ -7,6 +7,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,6 +26,7 @@ use crate::cluster::{self, HEADER_NODE, Markers};
 use crate::host::strip_markers;
 use crate::node::Node;
 use crate::route::{Route, route};
+use crate::stall::WriteStall;
 use crate::{Error, Result, sockets};
 
 type HttpResponse = hyper::Response<Full<Bytes>>;
@@ -70,6 +72,7 @@ pub async fn serve_tls(
             }
         };
         let _ = stream.set_nodelay(true);
+        let stream = WriteStall::new(stream, node.config.limits.send_idle_time_max);
         let node = Arc::clone(&node);
         let conn_shutdown = shutdown.clone();
         let acceptor = acceptor.clone();
@@ -104,6 +107,7 @@ async fn serve_connection<S>(
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let header_time_max = node.config.limits.header_time_max;
+    let metrics = Arc::clone(&node.metrics);
     let service = service_fn(move |req| {
         let node = Arc::clone(&node);
         async move { Ok::<_, Infallible>(handle(node, req).await) }
@@ -120,6 +124,9 @@ async fn serve_connection<S>(
     tokio::select! {
         result = conn.as_mut() => {
             if let Err(e) = result {
+                if timed_out(&e) {
+                    metrics.connections_timed_out.fetch_add(1, Ordering::Relaxed);
+                }
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         }
@@ -128,6 +135,24 @@ async fn serve_connection<S>(
             let _ = conn.await;
         }
     }
+}
+
+/// Whether a connection ended for slowness: its request head did not come
+/// in time, or a write waited too long for the client to read.
+fn timed_out(e: &hyper::Error) -> bool {
+    if e.is_timeout() {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// Answers one request; never fails (errors become JSON responses).

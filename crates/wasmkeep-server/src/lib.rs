@@ -55,6 +55,7 @@ pub mod route;
 pub mod secrets;
 pub mod signal;
 pub mod sockets;
+mod stall;
 pub mod tenants;
 
 pub use config::{Limits, NodeConfig};

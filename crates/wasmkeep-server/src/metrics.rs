@@ -90,6 +90,9 @@ pub struct Metrics {
     /// 1 while a requested drain waits for an eligible peer.
     pub drain_blocked: AtomicI64,
     pub store_fenced: AtomicU64,
+    /// Client connections closed for slowness: a request head not sent in
+    /// time, or writes the client did not read (ADR 0050).
+    pub connections_timed_out: AtomicU64,
     /// Moves this node started as the owner (ADR 0017).
     pub moves_started: AtomicU64,
     /// Moves that ended with the target holding the actor (owner or target side).
@@ -136,7 +139,7 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 23] = [
+        let counters: [(&str, &str, u64); 24] = [
             (
                 "wasmkeep_forwarded_requests_total",
                 "Requests and calls forwarded to the node that holds the actor.",
@@ -181,6 +184,11 @@ impl Metrics {
                 "wasmkeep_store_fenced_total",
                 "Actor writes refused because another writer extended the log (fencing).",
                 load(&self.store_fenced),
+            ),
+            (
+                "wasmkeep_connections_timed_out_total",
+                "Client connections closed for slowness (a request head not sent in time, or a client that read nothing).",
+                load(&self.connections_timed_out),
             ),
             (
                 "wasmkeep_activations_total",

@@ -542,12 +542,23 @@ fn read_until_closed(stream: &mut std::net::TcpStream) -> Vec<u8> {
 
 #[test]
 fn slow_and_idle_connections_are_closed_and_a_stalled_body_gets_408() {
-    use std::io::Write;
+    use std::io::{Read, Write};
     use std::net::TcpStream;
     let dir = tempfile::tempdir().unwrap();
+    let counter = format!("counter={}", guest("counter").display());
+    let ks = format!("ks={}", guest("kitchen-sink").display());
     let server = dev(
         dir.path(),
-        &["--header-timeout", "1s", "--body-timeout", "1s"],
+        &[
+            &counter,
+            &ks,
+            "--header-timeout",
+            "1s",
+            "--body-timeout",
+            "1s",
+            "--send-timeout",
+            "1s",
+        ],
     );
 
     // A head that never ends (slowloris): closed without an answer.
@@ -590,6 +601,43 @@ fn slow_and_idle_connections_are_closed_and_a_stalled_body_gets_408() {
         count(&server, "c"),
         1,
         "the stalled request changed the actor"
+    );
+
+    // A client that reads nothing of a large response: closed, not held.
+    let timed_out = |s: &Server| s.metric("wasmkeep_connections_timed_out_total");
+    assert_eq!(
+        timed_out(&server),
+        3.0,
+        "the slow, silent and idle connections"
+    );
+    // A small receive buffer, set before connecting (it sizes the window),
+    // so the response fills it and the node's send buffer quickly.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let addr: std::net::SocketAddr = server.addr.parse().unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let mut deaf: TcpStream = socket.into();
+    let body = vec![b'x'; 16 << 20];
+    deaf.write_all(
+        format!(
+            "POST /demo/ks/deaf/echo HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    deaf.write_all(&body).unwrap();
+    server.wait_until("the deaf client's connection is closed", |s| {
+        timed_out(s) == 4.0
+    });
+    deaf.set_read_timeout(Some(common::WAIT_MAX)).unwrap();
+    let mut received = Vec::new();
+    // The end of what was sent before the close: EOF, or a reset.
+    let _ = deaf.read_to_end(&mut received);
+    assert!(
+        received.len() < body.len(),
+        "the whole response arrived after the close ({} bytes)",
+        received.len()
     );
 
     // Zero would close every connection at once: refused at start.
