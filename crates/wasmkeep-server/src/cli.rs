@@ -474,52 +474,49 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
             }
             Ok(())
         };
-    duration(
-        args.heartbeat.as_ref(),
-        "heartbeat",
-        &mut config.heartbeat_period,
-    )?;
-    duration(args.lease_ttl.as_ref(), "lease_ttl", &mut config.lease_ttl)?;
-    duration(
-        args.idle_timeout.as_ref(),
-        "idle_timeout",
-        &mut config.idle_timeout,
-    )?;
-    duration(
-        args.instance_idle_timeout.as_ref(),
-        "instance_idle_timeout",
-        &mut config.instance_idle_timeout,
-    )?;
-    duration(
-        args.alarm_sweep.as_ref(),
-        "alarm_sweep",
-        &mut config.alarm_sweep_period,
-    )?;
-    duration(
-        args.event_time_max.as_ref(),
-        "event_time_max",
-        &mut config.limits.event_time_max,
-    )?;
-    duration(
-        args.drain_timeout.as_ref(),
-        "drain_timeout",
-        &mut config.drain_timeout,
-    )?;
-    duration(
-        args.header_timeout.as_ref(),
-        "header_timeout",
-        &mut config.limits.header_time_max,
-    )?;
-    duration(
-        args.body_timeout.as_ref(),
-        "body_timeout",
-        &mut config.limits.body_idle_time_max,
-    )?;
-    duration(
-        args.send_timeout.as_ref(),
-        "send_timeout",
-        &mut config.limits.send_idle_time_max,
-    )?;
+    let limits = &mut config.limits;
+    for (flag, key, target) in [
+        (&args.heartbeat, "heartbeat", &mut config.heartbeat_period),
+        (&args.lease_ttl, "lease_ttl", &mut config.lease_ttl),
+        (&args.idle_timeout, "idle_timeout", &mut config.idle_timeout),
+        (
+            &args.instance_idle_timeout,
+            "instance_idle_timeout",
+            &mut config.instance_idle_timeout,
+        ),
+        (
+            &args.alarm_sweep,
+            "alarm_sweep",
+            &mut config.alarm_sweep_period,
+        ),
+        (
+            &args.drain_timeout,
+            "drain_timeout",
+            &mut config.drain_timeout,
+        ),
+        (
+            &args.event_time_max,
+            "event_time_max",
+            &mut limits.event_time_max,
+        ),
+        (
+            &args.header_timeout,
+            "header_timeout",
+            &mut limits.header_time_max,
+        ),
+        (
+            &args.body_timeout,
+            "body_timeout",
+            &mut limits.body_idle_time_max,
+        ),
+        (
+            &args.send_timeout,
+            "send_timeout",
+            &mut limits.send_idle_time_max,
+        ),
+    ] {
+        duration(flag.as_ref(), key, target)?;
+    }
     let count = |flag: Option<&String>, key: &str, target: &mut usize| -> anyhow::Result<()> {
         if let Some(text) = file.pick(flag, key) {
             let flag_name = key.replace('_', "-");
@@ -533,32 +530,31 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
         }
         Ok(())
     };
-    count(
-        args.max_actors.as_ref(),
-        "max_actors",
-        &mut config.actors_max,
-    )?;
-    let limits = &mut config.limits;
-    count(
-        args.max_body_bytes.as_ref(),
-        "max_body_bytes",
-        &mut limits.body_bytes_max,
-    )?;
-    count(
-        args.max_mailbox_events.as_ref(),
-        "max_mailbox_events",
-        &mut limits.mailbox_events_max,
-    )?;
-    count(
-        args.max_socket_message_bytes.as_ref(),
-        "max_socket_message_bytes",
-        &mut limits.socket_message_bytes_max,
-    )?;
-    count(
-        args.max_sockets_per_actor.as_ref(),
-        "max_sockets_per_actor",
-        &mut limits.sockets_per_actor_max,
-    )?;
+    for (flag, key, target) in [
+        (&args.max_actors, "max_actors", &mut config.actors_max),
+        (
+            &args.max_body_bytes,
+            "max_body_bytes",
+            &mut limits.body_bytes_max,
+        ),
+        (
+            &args.max_mailbox_events,
+            "max_mailbox_events",
+            &mut limits.mailbox_events_max,
+        ),
+        (
+            &args.max_socket_message_bytes,
+            "max_socket_message_bytes",
+            &mut limits.socket_message_bytes_max,
+        ),
+        (
+            &args.max_sockets_per_actor,
+            "max_sockets_per_actor",
+            &mut limits.sockets_per_actor_max,
+        ),
+    ] {
+        count(flag.as_ref(), key, target)?;
+    }
     if config.heartbeat_period.is_zero()
         || config.alarm_sweep_period.is_zero()
         || config.idle_timeout.is_zero()
