@@ -48,16 +48,26 @@ pub fn route(raw_path: &str, query: Option<&str>) -> Result<Route> {
 }
 
 fn decode(what: &'static str, raw: &str) -> Result<String> {
+    let invalid = |reason| {
+        Error::InvalidName(wasmkeep_types::Error::InvalidName {
+            what,
+            value: raw.chars().take(80).collect(),
+            reason,
+        })
+    };
+    // A `%` must start an escape: decoded leniently, `%zz` would name the
+    // same actor as `%25zz`.
+    let bytes = raw.as_bytes();
+    for (at, _) in raw.match_indices('%') {
+        let escape = bytes.get(at + 1..at + 3);
+        if !escape.is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit)) {
+            return Err(invalid("has a % that is not followed by two hex digits"));
+        }
+    }
     percent_decode_str(raw)
         .decode_utf8()
         .map(|s| s.into_owned())
-        .map_err(|_| {
-            Error::InvalidName(wasmkeep_types::Error::InvalidName {
-                what,
-                value: raw.chars().take(80).collect(),
-                reason: "does not percent-decode to UTF-8",
-            })
-        })
+        .map_err(|_| invalid("does not percent-decode to UTF-8"))
 }
 
 #[cfg(test)]
@@ -119,6 +129,10 @@ mod tests {
             "/demo/counter/",
             "/demo/counter/%FF",
             "/demo/counter/a%0Ab",
+            "/demo/counter/%zz",
+            "/demo/counter/a%",
+            "/demo/counter/a%4",
+            "/demo/c%7/a",
         ] {
             assert!(
                 matches!(route(bad, None), Err(Error::InvalidName(_))),
