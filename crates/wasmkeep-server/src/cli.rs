@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use wasmkeep_bucket::Bucket;
 use wasmkeep_runtime::{Runtime, RuntimeConfig};
 use wasmkeep_types::heartbeat::CAPABILITY_TAKE;
@@ -298,6 +298,48 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
         bail!("duration {text:?} is out of range");
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Every `WASMKEEP_*` variable a flag reads, in every command.
+fn env_names(command: &clap::Command) -> Vec<String> {
+    let mut names: Vec<String> = command
+        .get_arguments()
+        .filter_map(|arg| arg.get_env()?.to_str().map(str::to_owned))
+        .collect();
+    for sub in command.get_subcommands() {
+        names.extend(env_names(sub));
+    }
+    names
+}
+
+/// Of `names`, the `WASMKEEP_*` ones that no flag reads but that are close
+/// to one that does (`WASMKEEP_IDLE_TIMOUT`), each with that one. Names far
+/// from every setting are left alone: other tools may use the prefix.
+fn misspelt_env_names(names: impl Iterator<Item = String>) -> Vec<(String, String)> {
+    /// Edits that still make a name a misspelling of a setting.
+    const MISSPELLING_DISTANCE_MAX: usize = 2;
+    let known = env_names(&Cli::command());
+    names
+        .filter(|name| name.starts_with("WASMKEEP_") && !known.contains(name))
+        .filter_map(|name| {
+            let (distance, closest) = known
+                .iter()
+                .map(|k| (strsim::levenshtein(k, &name), k))
+                .min()?;
+            (distance <= MISSPELLING_DISTANCE_MAX).then(|| (name, closest.clone()))
+        })
+        .collect()
+}
+
+/// Warns about environment variables that look like a misspelt setting:
+/// the flag they meant keeps its default, which is easy to miss.
+pub fn warn_misspelt_env() {
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    for (name, setting) in misspelt_env_names(names) {
+        tracing::warn!(
+            "{name} is not a setting of wasmkeep and is ignored; did you mean {setting}?"
+        );
+    }
 }
 
 /// Values from the `--config` file, keyed by flag name with `_` for `-`.
@@ -1241,6 +1283,27 @@ mod tests {
         );
         assert_eq!(config.actors_max, 7);
         assert_eq!(config.classes.as_ref().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn misspelt_environment_variables_are_named_with_the_setting_they_meant() {
+        let names = [
+            "WASMKEEP_IDLE_TIMOUT",
+            "WASMKEEP_IDLE_TIMEOUT",
+            "WASMKEEP_BUKET",
+            "WASMKEEP_WEED",
+            "HOME",
+        ];
+        assert_eq!(
+            misspelt_env_names(names.iter().map(|n| (*n).to_owned())),
+            [
+                (
+                    "WASMKEEP_IDLE_TIMOUT".to_owned(),
+                    "WASMKEEP_IDLE_TIMEOUT".to_owned()
+                ),
+                ("WASMKEEP_BUKET".to_owned(), "WASMKEEP_BUCKET".to_owned()),
+            ]
+        );
     }
 
     #[test]

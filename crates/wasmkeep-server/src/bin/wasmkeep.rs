@@ -33,6 +33,7 @@ fn main() -> std::process::ExitCode {
     let descriptors = wasmkeep_server::descriptors::prepare();
     let cli = wasmkeep_server::cli::Cli::parse();
     wasmkeep_server::cli::init_logging(cli.log_format);
+    wasmkeep_server::cli::warn_misspelt_env();
     tracing::debug!(
         limit_before = descriptors.limit_before,
         limit = descriptors.limit,
