@@ -13,6 +13,9 @@ pub enum Error {
     /// No component is deployed for this class (or this node does not serve it).
     #[error("unknown class {0:?}")]
     UnknownClass(String),
+    /// A node endpoint (`/_wasmkeep/...`) asked with a method it does not answer.
+    #[error("method {method} not allowed here (allowed: {allow})")]
+    MethodNotAllowed { method: String, allow: &'static str },
     /// The request body is larger than the node accepts.
     #[error("request body larger than {limit_bytes} bytes")]
     BodyTooLarge { limit_bytes: usize },
@@ -109,6 +112,7 @@ impl Error {
             Error::InvalidName(_) | Error::BadRequest(_) | Error::Component(_) => 400,
             Error::Unauthorized(_) => 401,
             Error::NoRoute(_) | Error::UnknownClass(_) => 404,
+            Error::MethodNotAllowed { .. } => 405,
             Error::BodyTooLarge { .. } => 413,
             Error::BodyStalled { .. } => 408,
             Error::Call(_) => 508,
@@ -130,6 +134,7 @@ impl Error {
             Error::InvalidName(_) => "invalid_name",
             Error::NoRoute(_) => "no_route",
             Error::UnknownClass(_) => "unknown_class",
+            Error::MethodNotAllowed { .. } => "method_not_allowed",
             Error::BodyTooLarge { .. } => "body_too_large",
             Error::BodyStalled { .. } => "request_timeout",
             Error::BadRequest(_) => "bad_request",

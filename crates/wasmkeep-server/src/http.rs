@@ -182,6 +182,9 @@ pub fn error_response(error: &Error) -> HttpResponse {
         // Only node code sets it: guests cannot set `x-wasmkeep-*` headers.
         builder = builder.header(cluster::HEADER_RELEASED, "1");
     }
+    if let Error::MethodNotAllowed { allow, .. } = error {
+        builder = builder.header(hyper::header::ALLOW, *allow);
+    }
     if let Error::Moved { holder, .. } = error {
         // Node code only, as above: the sender sends the event there, once.
         builder = builder.header(cluster::HEADER_HOLDER, holder.as_str());
@@ -193,6 +196,14 @@ pub fn error_response(error: &Error) -> HttpResponse {
 
 async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<HttpResponse> {
     let route = route(req.uri().path(), req.uri().query())?;
+    if !matches!(route, Route::Actor { .. })
+        && !matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD)
+    {
+        return Err(Error::MethodNotAllowed {
+            method: req.method().to_string(),
+            allow: "GET, HEAD",
+        });
+    }
     let (actor, path) = match route {
         Route::Health => {
             if !node.is_serving() {

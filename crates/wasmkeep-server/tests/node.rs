@@ -307,9 +307,12 @@ fn bad_input_gets_its_status_and_changes_nothing() {
     let counter = format!("counter={}", guest("counter").display());
     let server = dev(dir.path(), &[counter.as_str(), trap.as_str()]);
     assert_eq!(server.req("POST", "/demo/counter/v/increment").text(), "1");
-    let cases: [(&str, &str, u16, &str); 6] = [
+    let cases: [(&str, &str, u16, &str); 9] = [
         ("POST", "/Demo/counter/v/increment", 400, "invalid_name"),
         ("POST", "/demo/counter/%FF/increment", 400, "invalid_name"),
+        ("POST", "/demo/counter/v%zz/increment", 400, "invalid_name"),
+        ("POST", "/_wasmkeep/health", 405, "method_not_allowed"),
+        ("DELETE", "/_wasmkeep/metrics", 405, "method_not_allowed"),
         ("POST", "/demo/nope/v/increment", 404, "unknown_class"),
         ("POST", "/demo/counter", 404, "no_route"),
         ("GET", "/_wasmkeep/nothing", 404, "no_route"),
@@ -324,6 +327,10 @@ fn bad_input_gets_its_status_and_changes_nothing() {
             r.text()
         );
     }
+    assert_eq!(
+        server.req("POST", "/_wasmkeep/health").header("allow"),
+        Some("GET, HEAD")
+    );
     let huge = request(
         &server.addr,
         "POST",
