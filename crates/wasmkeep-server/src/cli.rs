@@ -249,6 +249,10 @@ pub struct NodeArgs {
     /// closed (default 60s).
     #[arg(long, env = "WASMKEEP_SEND_TIMEOUT")]
     pub send_timeout: Option<String>,
+    /// Client connections open at once, WebSockets included; one more is
+    /// answered 503 and closed (default 10000).
+    #[arg(long, env = "WASMKEEP_MAX_CONNECTIONS")]
+    pub max_connections: Option<String>,
     /// Events waiting in one actor's mailbox before 503 (default 1024).
     #[arg(long, env = "WASMKEEP_MAX_MAILBOX_EVENTS")]
     pub max_mailbox_events: Option<String>,
@@ -574,6 +578,11 @@ fn node_config(args: &NodeArgs, defaults: Defaults) -> anyhow::Result<(NodeConfi
     };
     for (flag, key, target) in [
         (&args.max_actors, "max_actors", &mut config.actors_max),
+        (
+            &args.max_connections,
+            "max_connections",
+            &mut limits.connections_max,
+        ),
         (
             &args.max_body_bytes,
             "max_body_bytes",

@@ -19,6 +19,9 @@ pub struct Limits {
     /// Longest wait for the next part of a request body; a stalled body is
     /// answered 408 and reaches no actor.
     pub body_idle_time_max: Duration,
+    /// Client connections open at once (WebSockets included); one more is
+    /// answered 503 and closed.
+    pub connections_max: usize,
     /// Longest a write to a client may wait (the client reads nothing of its
     /// response or WebSocket messages); the connection is closed after it.
     pub send_idle_time_max: Duration,
@@ -55,6 +58,7 @@ impl Default for Limits {
             header_time_max: Duration::from_secs(60),
             body_idle_time_max: Duration::from_secs(60),
             send_idle_time_max: Duration::from_secs(60),
+            connections_max: 10_000,
             mailbox_events_max: 1024,
             socket_message_bytes_max: 1024 * 1024,
             sockets_per_actor_max: 1000,

@@ -23,16 +23,21 @@ use wasmkeep_runtime::{Request, Response};
 use wasmkeep_types::ActorId;
 
 use crate::cluster::{self, HEADER_NODE, Markers};
+use crate::conn::{ClientStream, Slots};
 use crate::host::strip_markers;
 use crate::node::Node;
 use crate::route::{Route, route};
-use crate::stall::WriteStall;
 use crate::{Error, Result, sockets};
 
 type HttpResponse = hyper::Response<Full<Bytes>>;
 
 /// Longest a TLS handshake may take.
 const TLS_HANDSHAKE_TIME_MAX: Duration = Duration::from_secs(10);
+/// Longest a connection over `--max-connections` is held while it is
+/// answered 503.
+const REFUSAL_TIME_MAX: Duration = Duration::from_secs(1);
+/// At most one warning per this period while connections are refused.
+const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// Serves HTTP on `listener` until `shutdown` turns true, then stops
 /// accepting and waits (at most `grace`) for in-flight requests.
@@ -55,6 +60,11 @@ pub async fn serve_tls(
 ) {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let mut connections = JoinSet::new();
+    let slots = Slots::new(
+        Arc::clone(&node.metrics),
+        node.config.limits.connections_max,
+    );
+    let mut refusals_logged_at: Option<tokio::time::Instant> = None;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -71,8 +81,24 @@ pub async fn serve_tls(
                 continue;
             }
         };
+        let Some(slot) = slots.take() else {
+            node.metrics
+                .connections_refused
+                .fetch_add(1, Ordering::Relaxed);
+            if refusals_logged_at.is_none_or(|at| at.elapsed() >= REFUSAL_LOG_PERIOD) {
+                refusals_logged_at = Some(tokio::time::Instant::now());
+                tracing::warn!(
+                    max = node.config.limits.connections_max,
+                    "refusing connections: --max-connections are open"
+                );
+            }
+            if acceptor.is_none() {
+                tokio::spawn(refuse(stream));
+            }
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let stream = WriteStall::new(stream, node.config.limits.send_idle_time_max);
+        let stream = ClientStream::new(stream, node.config.limits.send_idle_time_max, Some(slot));
         let node = Arc::clone(&node);
         let conn_shutdown = shutdown.clone();
         let acceptor = acceptor.clone();
@@ -94,6 +120,28 @@ pub async fn serve_tls(
     drop(listener);
     let _ = tokio::time::timeout(grace, async {
         while connections.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+/// Answers a plain-HTTP connection over `--max-connections` 503 and closes
+/// it, reading (and dropping) what the client sent meanwhile so that the
+/// close sends no reset that could overtake the answer. Bounded in time.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let error = Error::unavailable("this node has as many connections open as it accepts");
+    let body = error.json_body();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        error.retry_after_s().unwrap_or(1),
+        body.len()
+    );
+    let _ = tokio::time::timeout(REFUSAL_TIME_MAX, async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
     })
     .await;
 }

@@ -36,6 +36,7 @@ pub mod classes;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+mod conn;
 pub mod counting;
 pub mod descriptors;
 pub mod drain;
@@ -55,7 +56,6 @@ pub mod route;
 pub mod secrets;
 pub mod signal;
 pub mod sockets;
-mod stall;
 pub mod tenants;
 
 pub use config::{Limits, NodeConfig};

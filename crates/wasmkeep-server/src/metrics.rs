@@ -93,6 +93,10 @@ pub struct Metrics {
     /// Client connections closed for slowness: a request head not sent in
     /// time, or writes the client did not read (ADR 0050).
     pub connections_timed_out: AtomicU64,
+    /// Client connections open now (HTTP, and WebSockets they became).
+    pub connections_open: AtomicI64,
+    /// Client connections refused at `--max-connections`.
+    pub connections_refused: AtomicU64,
     /// Moves this node started as the owner (ADR 0017).
     pub moves_started: AtomicU64,
     /// Moves that ended with the target holding the actor (owner or target side).
@@ -139,7 +143,7 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 24] = [
+        let counters: [(&str, &str, u64); 25] = [
             (
                 "wasmkeep_forwarded_requests_total",
                 "Requests and calls forwarded to the node that holds the actor.",
@@ -189,6 +193,11 @@ impl Metrics {
                 "wasmkeep_connections_timed_out_total",
                 "Client connections closed for slowness (a request head not sent in time, or a client that read nothing).",
                 load(&self.connections_timed_out),
+            ),
+            (
+                "wasmkeep_connections_refused_total",
+                "Client connections answered 503 and closed because --max-connections were open.",
+                load(&self.connections_refused),
             ),
             (
                 "wasmkeep_activations_total",
@@ -273,6 +282,11 @@ impl Metrics {
                 "wasmkeep_sockets_open",
                 "WebSockets open.",
                 self.sockets_open.load(Ordering::Relaxed),
+            ),
+            (
+                "wasmkeep_connections_open",
+                "Client connections open (HTTP, and the WebSockets they became).",
+                self.connections_open.load(Ordering::Relaxed),
             ),
             (
                 "wasmkeep_peers_live",

@@ -659,6 +659,83 @@ fn slow_and_idle_connections_are_closed_and_a_stalled_body_gets_408() {
     );
 }
 
+/// One GET on a kept-alive connection; returns the body (the status must be 200).
+fn get_kept_alive(stream: &mut std::net::TcpStream, path: &str) -> String {
+    use std::io::{Read, Write};
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    stream.set_read_timeout(Some(common::WAIT_MAX)).unwrap();
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "closed before the head");
+        raw.push(byte[0]);
+    }
+    let head = String::from_utf8(raw).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .expect("a content-length");
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).unwrap();
+    String::from_utf8(body).unwrap()
+}
+
+#[test]
+fn connections_over_the_limit_are_answered_503_and_their_slots_come_back() {
+    use std::io::Read;
+    use std::net::TcpStream;
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &["--max-connections", "2"]);
+    // Two connections take the two slots: one kept alive to read the
+    // metrics, one that sends nothing.
+    let mut watch = TcpStream::connect(&server.addr).unwrap();
+    let metric = |watch: &mut TcpStream, name: &str| -> f64 {
+        let text = get_kept_alive(watch, "/_wasmkeep/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} missing"))
+    };
+    let silent = TcpStream::connect(&server.addr).unwrap();
+    server.wait_until(
+        "both connections hold a slot (the start's checks let go)",
+        |_| metric(&mut watch, "wasmkeep_connections_open") == 2.0,
+    );
+
+    let mut third = TcpStream::connect(&server.addr).unwrap();
+    third.set_read_timeout(Some(common::WAIT_MAX)).unwrap();
+    let mut answer = Vec::new();
+    let _ = third.read_to_end(&mut answer);
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 503")
+            && answer.contains("retry-after: 1")
+            && answer.contains(r#""code":"unavailable""#),
+        "the third connection was not answered 503: {answer:?}"
+    );
+    assert_eq!(
+        metric(&mut watch, "wasmkeep_connections_refused_total"),
+        1.0
+    );
+
+    // A closed connection gives its slot back.
+    drop(silent);
+    server.wait_until("the silent connection's slot comes back", |_| {
+        metric(&mut watch, "wasmkeep_connections_open") == 1.0
+    });
+    assert_eq!(
+        server.req("POST", "/demo/counter/m/increment").text(),
+        "1",
+        "a new connection is served"
+    );
+}
+
 #[test]
 fn limits_answer_413_and_503_and_stop_runaway_guests() {
     let dir = tempfile::tempdir().unwrap();

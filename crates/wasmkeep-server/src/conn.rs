@@ -1,31 +1,76 @@
-//! A connection whose writes make no progress for a while fails them: a
-//! client that stops reading its responses (or its WebSocket messages) is
-//! closed instead of holding its connection for ever (ADR 0050).
+//! What each accepted client connection carries (ADR 0050): one of the
+//! node's connection slots, given back when the connection (or the
+//! WebSocket it became) ends, and a bound on its writes: a client that
+//! stops reading its responses or WebSocket messages is closed instead of
+//! holding its connection for ever.
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-/// `inner`, with every write that cannot proceed for `limit` failed with
+use crate::metrics::Metrics;
+
+/// The node's open client connections, counted against a limit (the count
+/// is the metrics' gauge `wasmkeep_connections_open`).
+#[derive(Debug)]
+pub(crate) struct Slots {
+    metrics: Arc<Metrics>,
+    max: usize,
+}
+
+/// One taken slot; dropping it gives it back.
+#[derive(Debug)]
+pub(crate) struct Slot(Arc<Metrics>);
+
+impl Slots {
+    pub(crate) fn new(metrics: Arc<Metrics>, max: usize) -> Self {
+        Self { metrics, max }
+    }
+
+    /// A slot, unless `max` connections are open.
+    pub(crate) fn take(&self) -> Option<Slot> {
+        let max = i64::try_from(self.max).unwrap_or(i64::MAX);
+        self.metrics
+            .connections_open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < max).then_some(open + 1)
+            })
+            .ok()
+            .map(|_| Slot(Arc::clone(&self.metrics)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.connections_open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An accepted client stream: `inner` holding `slot` for as long as it
+/// lives, with every write that cannot proceed for `limit` failed with
 /// `TimedOut`. The timer starts at the first write that has to wait and is
 /// dropped at the next one that proceeds, so a connection that keeps
 /// writing pays nothing but a branch.
-pub(crate) struct WriteStall<S> {
+pub(crate) struct ClientStream<S> {
     inner: S,
     limit: Duration,
     stalled: Option<Pin<Box<Sleep>>>,
+    _slot: Option<Slot>,
 }
 
-impl<S> WriteStall<S> {
-    pub(crate) fn new(inner: S, limit: Duration) -> Self {
+impl<S> ClientStream<S> {
+    pub(crate) fn new(inner: S, limit: Duration, slot: Option<Slot>) -> Self {
         Self {
             inner,
             limit,
             stalled: None,
+            _slot: slot,
         }
     }
 
@@ -61,7 +106,7 @@ impl<S> WriteStall<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for WriteStall<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for ClientStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -71,7 +116,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for WriteStall<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for WriteStall<S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for ClientStream<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -114,11 +159,25 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
+    #[test]
+    fn slots_run_out_at_the_limit_and_come_back_when_dropped() {
+        let metrics = Arc::new(Metrics::default());
+        let slots = Slots::new(Arc::clone(&metrics), 2);
+        let first = slots.take().expect("one of two");
+        let second = slots.take().expect("two of two");
+        assert!(slots.take().is_none(), "a third over the limit");
+        assert_eq!(metrics.connections_open.load(Ordering::Acquire), 2);
+        drop(first);
+        let third = slots.take().expect("the first came back");
+        drop((second, third));
+        assert_eq!(metrics.connections_open.load(Ordering::Acquire), 0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_write_that_cannot_proceed_fails_after_the_limit_and_progress_resets_it() {
         // A pipe with room for 4 bytes and nobody reading the other end.
         let (near, mut far) = tokio::io::duplex(4);
-        let mut stalling = WriteStall::new(near, Duration::from_secs(5));
+        let mut stalling = ClientStream::new(near, Duration::from_secs(5), None);
         stalling.write_all(b"abcd").await.expect("room for 4 bytes");
         // Reading 2 bytes after 4 s is progress: the next write waits again
         // from then on.
