@@ -367,11 +367,12 @@ mod cases {
     /// within its bound, and SeaweedFS answers the losers of a race on one
     /// key a second apart each); such a racer may be the winner only when
     /// none was answered `Ok`. With every outcome known, exactly one won.
+    /// Returns the stored object.
     async fn one_winner(
         f: &Fixture,
         key: &str,
         answers: Vec<wasmkeep_bucket::Result<()>>,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<wasmkeep_bucket::Object> {
         let (mut won, mut unknown) = (Vec::new(), Vec::new());
         for (i, answer) in answers.into_iter().enumerate() {
             match answer {
@@ -382,8 +383,9 @@ mod cases {
             }
         }
         ensure!(won.len() <= 1, "answered Ok: {won:?}");
-        let stored = f.bucket.get(key).await?.bytes;
-        let holder = (0..RACERS).find(|i| stored == format!("racer {i}"));
+        let object = f.bucket.get(key).await?;
+        let stored = &object.bytes;
+        let holder = (0..RACERS).find(|i| *stored == format!("racer {i}"));
         match (won.first(), holder) {
             (Some(&w), Some(h)) => {
                 ensure!(w == h, "racer {w} was answered Ok; racer {h} is stored")
@@ -395,7 +397,7 @@ mod cases {
             (_, None) => anyhow::bail!("no racer's bytes are stored: {stored:?}"),
         }
         ensure!(!unknown.is_empty() || won.len() == 1, "no winner");
-        Ok(())
+        Ok(object)
     }
 
     pub async fn racing_put_if_absent_has_one_winner(f: &Fixture) -> anyhow::Result<()> {
@@ -418,7 +420,7 @@ mod cases {
         for task in tasks {
             answers.push(task.await?.map(|_| ()));
         }
-        one_winner(f, &key, answers).await
+        one_winner(f, &key, answers).await.map(|_| ())
     }
 
     pub async fn racing_put_if_match_has_one_winner(f: &Fixture) -> anyhow::Result<()> {
@@ -442,15 +444,14 @@ mod cases {
             etags.push(answer.as_ref().ok().map(|meta| meta.etag.clone()));
             answers.push(answer.map(|_| ()));
         }
-        let winner = one_winner(f, &key, answers).await;
-        let object = f.bucket.get(&key).await?;
+        let object = one_winner(f, &key, answers).await?;
         if let Some(etag) = etags.iter().flatten().next() {
             ensure!(
                 object.meta.etag == *etag,
                 "the winner's etag is the object's"
             );
         }
-        winner
+        Ok(())
     }
 
     pub async fn bad_keys_are_refused_and_nothing_is_written(f: &Fixture) -> anyhow::Result<()> {

@@ -326,13 +326,21 @@ fn misspelt_env_names(names: impl Iterator<Item = String>) -> Vec<(String, Strin
     names
         .filter(|name| name.starts_with("WASMKEEP_") && !known.contains(name))
         .filter_map(|name| {
-            let (distance, closest) = known
-                .iter()
-                .map(|k| (strsim::levenshtein(k, &name), k))
-                .min()?;
-            (distance <= MISSPELLING_DISTANCE_MAX).then(|| (name, closest.clone()))
+            let closest = closest(&known, &name, MISSPELLING_DISTANCE_MAX)?.clone();
+            Some((name, closest))
         })
         .collect()
+}
+
+/// The one of `known` fewest edits away from `name`, if at most
+/// `distance_max` edits away.
+fn closest<'a>(known: &'a [String], name: &str, distance_max: usize) -> Option<&'a String> {
+    known
+        .iter()
+        .map(|k| (strsim::levenshtein(k, name), k))
+        .min()
+        .filter(|(distance, _)| *distance <= distance_max)
+        .map(|(_, k)| k)
 }
 
 /// Warns about environment variables that look like a misspelt setting:
@@ -375,13 +383,8 @@ impl FileConfig {
         for (key, value) in table {
             let name = key.replace('-', "_");
             if !known.contains(&name) {
-                let closest = known
-                    .iter()
-                    .map(|k| (strsim::levenshtein(k, &name), k))
-                    .min()
-                    .filter(|(distance, _)| *distance <= 3);
-                let hint = match closest {
-                    Some((_, k)) => format!("did you mean {k}?"),
+                let hint = match closest(&known, &name, 3) {
+                    Some(k) => format!("did you mean {k}?"),
                     None => format!("the keys are {}", known.join(", ")),
                 };
                 bail!(

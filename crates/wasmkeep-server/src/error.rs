@@ -200,20 +200,10 @@ mod tests {
     fn statuses_fit_the_error() {
         assert_eq!(Error::UnknownClass("x".into()).status(), 404);
         assert_eq!(Error::BodyTooLarge { limit_bytes: 1 }.status(), 413);
-        assert_eq!(
-            Error::BodyStalled {
-                waited: std::time::Duration::from_secs(1)
-            }
-            .status(),
-            408
-        );
-        assert_eq!(
-            Error::BodyStalled {
-                waited: std::time::Duration::from_secs(1)
-            }
-            .code(),
-            "request_timeout"
-        );
+        let stalled = Error::BodyStalled {
+            waited: std::time::Duration::from_secs(1),
+        };
+        assert_eq!((stalled.status(), stalled.code()), (408, "request_timeout"));
         assert_eq!(Error::Unauthorized("x".into()).status(), 401);
         assert_eq!(Error::Unauthorized("x".into()).code(), "unauthorized");
         assert_eq!(Error::Guest("trap".into()).status(), 500);

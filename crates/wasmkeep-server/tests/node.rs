@@ -696,11 +696,8 @@ fn connections_over_the_limit_are_answered_503_and_their_slots_come_back() {
     // Two connections take the two slots: one kept alive to read the
     // metrics, one that sends nothing.
     let mut watch = TcpStream::connect(&server.addr).unwrap();
-    let metric = |watch: &mut TcpStream, name: &str| -> f64 {
-        let text = get_kept_alive(watch, "/_wasmkeep/metrics");
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("metric {name} missing"))
+    let metric = |watch: &mut TcpStream, name: &str| {
+        common::metric_in(&get_kept_alive(watch, "/_wasmkeep/metrics"), name)
     };
     let silent = TcpStream::connect(&server.addr).unwrap();
     server.wait_until(

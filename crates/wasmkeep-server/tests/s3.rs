@@ -8,6 +8,16 @@ mod common;
 use common::{Server, count, free_port};
 use wasmkeep_testkit::{SeaweedFs, s3_tests_skipped};
 
+/// Starts `wasmkeep dev` in `dir` on the S3 bucket `bucket` (its server's
+/// `env`), on a new port each time.
+fn dev_on<'a>(
+    dir: &'a std::path::Path,
+    bucket: &'a str,
+    env: &'a [(String, String)],
+) -> impl Fn() -> Server + 'a {
+    move || Server::start_with_env(dir, &["dev", "--bucket", bucket], free_port(), env)
+}
+
 #[test]
 fn counter_survives_restart_and_kill_on_s3() {
     if s3_tests_skipped("counter_survives_restart_and_kill_on_s3") {
@@ -17,8 +27,7 @@ fn counter_survives_restart_and_kill_on_s3() {
     let dir = tempfile::tempdir().unwrap();
     let bucket = s3.bucket_url(&format!("node-test-{}", free_port()));
     let env = s3.env();
-    let start =
-        || Server::start_with_env(dir.path(), &["dev", "--bucket", &bucket], free_port(), &env);
+    let start = dev_on(dir.path(), &bucket, &env);
 
     let server = start();
     for expected in 1..=20u64 {
@@ -81,8 +90,7 @@ fn a_hung_s3_server_is_answered_503_and_the_node_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let bucket = s3.bucket_url("hung");
     let env = s3.env();
-    let start =
-        || Server::start_with_env(dir.path(), &["dev", "--bucket", &bucket], free_port(), &env);
+    let start = dev_on(dir.path(), &bucket, &env);
 
     let server = start();
     for expected in 1..=3u64 {

@@ -120,10 +120,7 @@ impl Server {
     }
 
     pub fn metric(&self, name: &str) -> f64 {
-        let text = self.req("GET", "/_wasmkeep/metrics").text();
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("metric {name} missing"))
+        metric_in(&self.req("GET", "/_wasmkeep/metrics").text(), name)
     }
 
     /// Polls `check` until it is true.
@@ -283,6 +280,13 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
         raw = &raw[eol + 2 + size + 2..];
     }
     out
+}
+
+/// The value of the metric `name` (without labels) in a metrics page.
+pub fn metric_in(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} missing"))
 }
 
 /// The value of the bundled counter `/demo/counter/<actor>` (must answer 200).
