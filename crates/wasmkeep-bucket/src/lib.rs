@@ -44,7 +44,9 @@ pub use folder::{
 pub use journal::{CHECKPOINT_INTERVAL, JOURNAL_BODY_MAX, JOURNAL_BYTES_MAX};
 pub use memory::{FAULT_QUEUE_LEN_MAX, Fault, Faults, MemoryBucket};
 pub use open::open;
-pub use s3::{RETRIES_MAX, RETRY_TIMEOUT, S3Bucket};
+pub use s3::{
+    ANSWER_TIME_MAX, REQUEST_TIME_MAX, RETRIES_MAX, RETRY_TIMEOUT, S3Bucket, answer_time_max,
+};
 
 use std::fmt;
 use std::time::SystemTime;

@@ -23,10 +23,15 @@
 //! up on after [`ANSWER_TIME_MAX`] for a request without a body or with a
 //! small one, and a little longer per MiB of a larger body
 //! ([`answer_time_max`]): a conditional write then reports `OutcomeUnknown`,
-//! anything else `Unavailable`. `object_store`'s own 30 s per request
-//! (`AWS_TIMEOUT`) still bounds larger transfers. Without this bound a
-//! hung server held an event's response for minutes (each of the store's
-//! attempts waited the full 30 s); see ADR 0049.
+//! anything else `Unavailable`. A read's body gets the same time for its
+//! size once its head has come. Without this bound a hung server held an
+//! event's response for minutes (each of the store's attempts waited the
+//! full 30 s); see ADR 0049. `object_store`'s own bound on a whole request
+//! (`AWS_TIMEOUT`, 30 s by default) is raised to [`REQUEST_TIME_MAX`]
+//! unless `AWS_TIMEOUT` is set: at 30 s it failed every transfer slower
+//! than that, so a snapshot of a database larger than ~30 MiB per second
+//! of bandwidth could never be written, nor one written in a faster hour
+//! read back (ADR 0051).
 //!
 //! `delete_if_match` is [`Error::Unsupported`]: `object_store` 0.14 sends no
 //! conditional delete. Callers fall back to a "released" body written with
@@ -41,7 +46,8 @@ use futures::{FutureExt, StreamExt};
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
 use object_store::{
-    ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig, UpdateVersion,
+    ClientConfigKey, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
+    UpdateVersion,
 };
 
 use crate::key::{validate_key, validate_prefix};
@@ -63,7 +69,13 @@ pub const ANSWER_TIME_MAX: Duration = Duration::from_secs(10);
 /// this many bytes of body.
 pub const UPLOAD_BYTES_PER_SECOND_MIN: u64 = 1 << 20;
 
-/// How long a request with a body of `bytes` may wait for its answer.
+/// `object_store`'s bound on a whole request unless `AWS_TIMEOUT` says
+/// otherwise: only a backstop, above what [`answer_time_max`] gives any
+/// object an actor has (a database is at most 1 GiB by default).
+pub const REQUEST_TIME_MAX: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How long a request with a body of `bytes` may wait for its answer (and a
+/// read of `bytes` for its body).
 pub fn answer_time_max(bytes: u64) -> Duration {
     ANSWER_TIME_MAX + Duration::from_secs(bytes / UPLOAD_BYTES_PER_SECOND_MIN)
 }
@@ -122,7 +134,16 @@ impl S3Bucket {
         prefix: &str,
         overrides: &[(String, String)],
     ) -> Result<Self> {
-        let mut config = Vec::with_capacity(overrides.len());
+        let mut config = Vec::with_capacity(overrides.len() + 1);
+        let timeout = AmazonS3ConfigKey::Client(ClientConfigKey::Timeout);
+        let timeout_set = std::env::var_os("AWS_TIMEOUT").is_some()
+            || overrides
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case("AWS_TIMEOUT"));
+        if !timeout_set {
+            let secs = REQUEST_TIME_MAX.as_secs();
+            config.push((timeout, format!("{secs}s")));
+        }
         for (name, value) in overrides {
             let key: AmazonS3ConfigKey = name
                 .to_ascii_lowercase()
@@ -257,11 +278,11 @@ fn map_error(key: &str, e: object_store::Error, conditional_write: bool) -> Erro
 impl Bucket for S3Bucket {
     async fn get(&self, key: &str) -> Result<Object> {
         let path = self.path(key)?;
-        // The answer's head within the limit; its body within
-        // `object_store`'s own (a snapshot may be large).
+        // The answer's head within the limit, then its body within the
+        // time its size is given (a snapshot may be large).
         let result = answered(key, ANSWER_TIME_MAX, false, self.retrying.get(&path)).await?;
         let meta = self.meta(result.meta.clone());
-        let bytes = result.bytes().await.map_err(|e| map_error(key, e, false))?;
+        let bytes = answered(key, answer_time_max(meta.size), false, result.bytes()).await?;
         Ok(Object { bytes, meta })
     }
 

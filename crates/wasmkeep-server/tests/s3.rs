@@ -62,6 +62,24 @@ impl Stopped {
     fn stop(pid: u32) -> Stopped {
         // SAFETY: signals our own child process (the test's SeaweedFS).
         unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+        // The signal takes hold asynchronously: wait until the kernel shows
+        // the process stopped, so no request sent after this reaches it.
+        let deadline = std::time::Instant::now() + common::WAIT_MAX;
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // The state follows the command name's closing parenthesis.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            if state == Some('T') {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "SeaweedFS did not stop: {stat}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         Stopped(pid)
     }
 }

@@ -5,6 +5,8 @@
 //!   one lazily started server per test binary (tests use unique prefixes);
 //!   [`SeaweedFs::start`] gives a private one, stopped on drop.
 //! - [`free_port`]: a currently free 127.0.0.1 TCP port.
+//! - [`SlowProxy`]: a TCP proxy that paces a connection's bytes or stalls
+//!   its answer (a slow or stuck link to a server).
 //!
 //! `weed` is found through `WASMKEEP_WEED`, else where
 //! `scripts/install-prereqs` puts it (`$WASMKEEP_TOOLS/venv-sw/bin/weed`,
@@ -13,7 +15,10 @@
 //! missing the start fails, unless `WASMKEEP_S3_TESTS=skip`: then
 //! [`s3_tests_skipped`] says so loudly and tests may return early.
 
+mod proxy;
 mod seaweedfs;
+
+pub use proxy::{Link, SlowProxy};
 
 pub use seaweedfs::{
     S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, STARTUP_TIMEOUT, SeaweedFs, find_weed,

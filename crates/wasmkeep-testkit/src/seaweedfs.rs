@@ -324,6 +324,11 @@ impl SeaweedFs {
         })
     }
 
+    /// The S3 port's address on loopback.
+    pub fn s3_addr(&self) -> std::net::SocketAddr {
+        (std::net::Ipv4Addr::LOCALHOST, self.s3_port).into()
+    }
+
     /// `http://127.0.0.1:PORT`
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.s3_port)
