@@ -123,10 +123,19 @@ const PRAGMAS_ALLOWED: &[&str] = &[
     "data_version",
     "collation_list",
     "function_list",
+    "compile_options",
+    // Read only: foreign keys are always enforced.
+    "foreign_keys",
 ];
-/// PRAGMAs a guest may also set (stored in the database, so they are durable
-/// and replicated like any page).
-const PRAGMAS_SETTABLE: &[&str] = &["user_version", "application_id"];
+/// PRAGMAs a guest may also set: stored in the database (so durable and
+/// replicated like any page), or lasting only until the event's commit
+/// (`defer_foreign_keys`), or writing statistics into it (`optimize`).
+const PRAGMAS_SETTABLE: &[&str] = &[
+    "user_version",
+    "application_id",
+    "defer_foreign_keys",
+    "optimize",
+];
 
 fn reserved(name: &str) -> bool {
     name.len() >= RESERVED_PREFIX.len()
@@ -164,11 +173,17 @@ fn judge(ctx: &AuthContext<'_>) -> Result<(), String> {
             let name = pragma_name.to_ascii_lowercase();
             if PRAGMAS_SETTABLE.contains(&name.as_str())
                 || (PRAGMAS_ALLOWED.contains(&name.as_str())
-                    && (pragma_value.is_none() || !matches!(name.as_str(), "page_count" | "data_version")))
+                    && (pragma_value.is_none()
+                        || !matches!(name.as_str(), "page_count" | "data_version" | "foreign_keys")))
             {
                 Ok(())
+            } else if PRAGMAS_ALLOWED.contains(&name.as_str()) {
+                Err(format!("PRAGMA {pragma_name} may be read, not set"))
             } else {
-                Err(format!("PRAGMA {pragma_name} is not allowed (it could change durability or the store)"))
+                Err(format!(
+                    "PRAGMA {pragma_name} is not allowed (it could change durability or the store); allowed: {}",
+                    PRAGMAS_SETTABLE.iter().chain(PRAGMAS_ALLOWED).copied().collect::<Vec<_>>().join(", ")
+                ))
             }
         }
         A::CreateTempIndex { .. }
@@ -239,6 +254,10 @@ pub fn guest_error(err: rusqlite::Error, guard: &Guard) -> SqlError {
         rusqlite::Error::SqliteFailure(_, Some(msg)) => SqlError::new(msg),
         rusqlite::Error::MultipleStatement => SqlError::new(
             "more than one statement: send one SQL statement per call (trailing SQL found)",
+        ),
+        rusqlite::Error::ExecuteReturnedResults => SqlError::new(
+            "the statement returns rows (a SELECT, or a RETURNING clause): run it with query; \
+             execute ran nothing",
         ),
         other => SqlError::new(other.to_string()),
     }

@@ -533,13 +533,29 @@ impl ActorStore {
         result
     }
 
-    /// Runs one statement that returns no rows; the number of rows changed.
+    /// Runs one statement that returns no rows (one that does is refused
+    /// before it runs); the number of rows it inserted, updated or deleted,
+    /// 0 for other kinds.
     pub fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, SqlError> {
         check_statement_text(sql)?;
         self.guest_call(|conn, _| {
             let mut stmt = conn.prepare_cached(sql)?;
-            stmt.execute(params_from_iter(params.iter()))
-                .map(|n| n as u64)
+            // Refused before it runs: SQLite makes a `RETURNING` statement's
+            // writes at its first step, and refusing it after that step
+            // reported an error for a write that was made.
+            if stmt.column_count() > 0 {
+                return Err(rusqlite::Error::ExecuteReturnedResults);
+            }
+            let before = conn.total_changes();
+            stmt.execute(params_from_iter(params.iter()))?;
+            // SQLite's count of the last INSERT, UPDATE or DELETE stays as
+            // it was across other statements (DDL, SAVEPOINT, ...): those
+            // changed no row.
+            Ok(if conn.total_changes() == before {
+                0
+            } else {
+                conn.changes()
+            })
         })
     }
 

@@ -62,6 +62,8 @@ async fn the_authorizer_refuses_what_could_escape_the_actor_or_its_durability() 
             "CREATE VIRTUAL TABLE boxes USING rtree(id, x0, x1)",
             "virtual tables",
         ),
+        ("PRAGMA foreign_keys = OFF", "read, not set"),
+        ("PRAGMA cache_size = 5", "allowed: user_version"),
     ];
     for (sql, word) in refused {
         s.begin_event().unwrap();
@@ -84,6 +86,14 @@ async fn the_authorizer_refuses_what_could_escape_the_actor_or_its_durability() 
     s.query("SELECT * FROM pragma_table_info('t')", &[])
         .unwrap();
     s.execute("PRAGMA user_version = 3", &[]).unwrap();
+    // Foreign keys are enforced; their check may wait for the commit.
+    assert_eq!(
+        s.query("PRAGMA foreign_keys", &[]).unwrap().rows,
+        [vec![SqlValue::Integer(1)]]
+    );
+    s.execute("PRAGMA defer_foreign_keys = ON", &[]).unwrap();
+    s.query("PRAGMA compile_options", &[]).unwrap();
+    s.query("PRAGMA optimize", &[]).unwrap();
     s.execute("SAVEPOINT sp", &[]).unwrap();
     s.execute("INSERT INTO t VALUES (1)", &[]).unwrap();
     s.execute("ROLLBACK TO sp", &[]).unwrap();
@@ -269,4 +279,76 @@ async fn a_parked_store_opens_its_connection_again_with_every_row_and_the_alarm(
     let mut again = open(&bucket, &a, "n1").await;
     let rows = again.query("SELECT sum(x) FROM t", &[]).unwrap();
     assert_eq!(rows.rows, vec![vec![SqlValue::Integer(7)]]);
+}
+
+#[tokio::test]
+async fn execute_counts_the_rows_a_statement_changed_and_refuses_one_that_returns_rows() {
+    let bucket = Probe::new();
+    let a = actor("counts");
+    let mut s = open(&bucket, &a, "n1").await;
+    s.begin_event().unwrap();
+    let mut changed = |sql: &str| {
+        s.execute(sql, &[])
+            .unwrap_or_else(|e| panic!("{sql}: {}", e.message))
+    };
+    assert_eq!(changed("CREATE TABLE t (x)"), 0);
+    assert_eq!(changed("INSERT INTO t VALUES (1), (2), (3)"), 3);
+    // SQLite's own count would still say 3 for each of these.
+    for other in [
+        "CREATE TABLE u (y)",
+        "SAVEPOINT p",
+        "RELEASE p",
+        "DROP TABLE u",
+        "DELETE FROM t WHERE x > 100",
+    ] {
+        assert_eq!(changed(other), 0, "{other}");
+    }
+    assert_eq!(changed("UPDATE t SET x = x + 10 WHERE x > 2"), 1);
+    assert_eq!(changed("DELETE FROM t WHERE x = 1"), 1);
+    // A statement that returns rows is refused before it runs (SQLite
+    // writes at a RETURNING statement's first step).
+    for returning in [
+        "INSERT INTO t VALUES (4) RETURNING x",
+        "UPDATE t SET x = x + 100 RETURNING x",
+        "DELETE FROM t RETURNING x",
+    ] {
+        let err = s.execute(returning, &[]).expect_err(returning);
+        assert!(err.message.contains("run it with query"), "{err}");
+    }
+    s.commit_event().unwrap().await.unwrap();
+    let rows = s.query("SELECT x FROM t ORDER BY x", &[]).unwrap();
+    assert_eq!(
+        rows.rows,
+        [2, 13].map(|x| vec![SqlValue::Integer(x)]).to_vec()
+    );
+}
+
+#[tokio::test]
+async fn a_deferred_foreign_key_violation_fails_the_commit_and_keeps_nothing() {
+    let bucket = Probe::new();
+    let a = actor("fk");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(
+        &mut s,
+        &[
+            "CREATE TABLE parent (id INTEGER PRIMARY KEY)",
+            "CREATE TABLE child (p INTEGER REFERENCES parent(id))",
+            "INSERT INTO parent VALUES (1)",
+        ],
+    )
+    .await
+    .unwrap();
+    s.begin_event().unwrap();
+    s.execute("PRAGMA defer_foreign_keys = ON", &[]).unwrap();
+    s.execute("INSERT INTO child VALUES (2)", &[]).unwrap();
+    let Err(err) = s.commit_event() else {
+        panic!("the commit of a foreign-key violation succeeded");
+    };
+    assert!(err.to_string().contains("FOREIGN KEY"), "{err}");
+    // The next event starts clean, without the refused row.
+    event(&mut s, &["INSERT INTO child VALUES (1)"])
+        .await
+        .unwrap();
+    assert_eq!(int(&mut s, "SELECT count(*) FROM child"), 1);
+    s.commit_event().unwrap().await.unwrap();
 }
