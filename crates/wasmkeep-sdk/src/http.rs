@@ -213,10 +213,22 @@ impl Response {
         self
     }
 
-    /// Adds a header (the name is lower-cased).
+    /// Adds a header (the name is lower-cased), next to any of the same
+    /// name (`set-cookie`, `link`, ...). To change one the constructor set,
+    /// e.g. the `content-type` of [`Response::text`], use
+    /// [`Response::set_header`].
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers
             .push((name.into().to_ascii_lowercase(), value.into()));
+        self
+    }
+
+    /// Sets a header (the name is lower-cased), replacing every header of
+    /// that name.
+    pub fn set_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let name = name.into().to_ascii_lowercase();
+        self.headers.retain(|(n, _)| *n != name);
+        self.headers.push((name, value.into()));
         self
     }
 
@@ -348,6 +360,24 @@ mod tests {
         assert_eq!(request.query_param("flag").as_deref(), Some(""));
         assert_eq!(request.query_parse::<u32>("limit"), Ok(Some(5)));
         assert_eq!(request.query_parse::<u32>("missing"), Ok(None));
+    }
+
+    #[test]
+    fn set_header_replaces_and_with_header_adds() {
+        let response = Response::text("<p>hi</p>")
+            .set_header("Content-Type", "text/html")
+            .with_header("set-cookie", "a=1")
+            .with_header("Set-Cookie", "b=2");
+        let values = |name: &str| {
+            response
+                .headers
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(values("content-type"), ["text/html"]);
+        assert_eq!(values("set-cookie"), ["a=1", "b=2"]);
     }
 
     #[test]
