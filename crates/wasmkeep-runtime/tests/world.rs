@@ -371,10 +371,10 @@ async fn alarm_export_returns_ok_or_asks_for_a_retry() {
         Ok(())
     );
     assert_eq!(
-        actor.alarm(-5, 0).await.expect("event"),
+        actor.alarm(-1, 0).await.expect("event"),
         Err("not yet".to_owned())
     );
-    assert_eq!(actor.alarm(-5, 1).await.expect("event"), Ok(()));
+    assert_eq!(actor.alarm(-1, 1).await.expect("event"), Ok(()));
     let logs: Vec<String> = recorder(&mut actor)
         .logs
         .iter()
@@ -384,8 +384,8 @@ async fn alarm_export_returns_ok_or_asks_for_a_retry() {
         logs,
         vec![
             "alarm scheduled_ms=1700000000000 retry_count=0",
-            "alarm scheduled_ms=-5 retry_count=0",
-            "alarm scheduled_ms=-5 retry_count=1",
+            "alarm scheduled_ms=-1 retry_count=0",
+            "alarm scheduled_ms=-1 retry_count=1",
         ]
     );
 }

@@ -138,6 +138,15 @@ impl AlarmTimer {
         }
     }
 
+    /// The retry count of the actor's scheduled entry, if it is a delivery
+    /// of the alarm committed for `scheduled_ms`.
+    pub fn retry_pending(&self, actor: &ActorId, scheduled_ms: i64) -> Option<u32> {
+        let state = self.state.lock();
+        let due = state.by_actor.get(actor)?;
+        let fire = state.due.get(&(*due, actor.clone()))?;
+        (fire.scheduled_ms == scheduled_ms).then_some(fire.retry_count)
+    }
+
     pub fn contains(&self, actor: &ActorId) -> bool {
         self.state.lock().by_actor.contains_key(actor)
     }
@@ -271,8 +280,12 @@ mod tests {
                 retry_count: 2,
             },
         );
+        assert_eq!(timer.retry_pending(&actor("a"), 1), Some(2));
+        assert_eq!(timer.retry_pending(&actor("a"), 7), None);
+        assert_eq!(timer.retry_pending(&actor("b"), 1), None);
         timer.set_if_absent(actor("a"), 1);
         assert_eq!(timer.take_due(5).0[0].retry_count, 2);
+        assert_eq!(timer.retry_pending(&actor("a"), 1), None);
     }
 
     #[tokio::test]

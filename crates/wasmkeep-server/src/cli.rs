@@ -434,8 +434,14 @@ fn default_data_dir() -> PathBuf {
 }
 
 fn default_node_id() -> String {
+    // The kernel's host name: shells do not export HOSTNAME, and systemd
+    // does not set it, so the variable alone made every node `node-1`.
     let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
         .unwrap_or_default()
+        .trim()
         .to_ascii_lowercase();
     let cleaned: String = host
         .chars()
@@ -1109,7 +1115,7 @@ fn bundled_components(guests_dir: Option<&Path>) -> anyhow::Result<Vec<(String, 
 async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let default_bucket = format!("file://{}", cwd.join(".wasmkeep").display());
-    let (config, bucket_url) = node_config(
+    let (mut config, bucket_url) = node_config(
         &args.node,
         Defaults {
             bucket: Some(default_bucket),
@@ -1117,6 +1123,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             listen: "127.0.0.1:8787",
         },
     )?;
+    // The developer is the client: a trap's details go to the answer too.
+    config.guest_error_detail = true;
     let components = if args.components.is_empty() {
         bundled_components(args.guests_dir.as_deref())?
     } else {

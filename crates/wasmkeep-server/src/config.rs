@@ -114,6 +114,11 @@ pub struct NodeConfig {
     /// its peers) for at most this long before stopping (ADR 0014); `dev`
     /// has no peers and does not drain.
     pub drain_timeout: Duration,
+    /// A client whose event trapped is told what the guest printed and
+    /// where it panicked (`wasmkeep dev`); otherwise only that it trapped,
+    /// and the node's log has the rest: a panic's text may hold data that
+    /// is not the client's.
+    pub guest_error_detail: bool,
     pub limits: Limits,
 }
 
@@ -140,6 +145,7 @@ impl NodeConfig {
             secrets_identity: None,
             tenant_tokens: false,
             drain_timeout: Duration::from_secs(30),
+            guest_error_detail: false,
             limits: Limits::default(),
         }
     }

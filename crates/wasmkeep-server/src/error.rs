@@ -31,6 +31,11 @@ pub enum Error {
     /// The guest trapped, ran out of time or memory during this event.
     #[error("the actor failed on this event: {0}")]
     Guest(String),
+    /// The guest's event ended, but what it made cannot be kept: an
+    /// answer that cannot be sent, or more writes than one log record
+    /// holds. Its writes were discarded.
+    #[error("the actor's event was refused and its writes discarded: {0}")]
+    EventRefused(String),
     /// The request cannot be served now; the client should retry after the delay.
     #[error("unavailable: {reason}")]
     Unavailable { reason: String, retry_after_s: u32 },
@@ -116,7 +121,7 @@ impl Error {
             Error::BodyTooLarge { .. } => 413,
             Error::BodyStalled { .. } => 408,
             Error::Call(_) => 508,
-            Error::Guest(_) => 500,
+            Error::Guest(_) | Error::EventRefused(_) => 500,
             Error::Unavailable { .. }
             | Error::Bucket(_)
             | Error::Store(_)
@@ -140,6 +145,7 @@ impl Error {
             Error::BadRequest(_) => "bad_request",
             Error::Unauthorized(_) => "unauthorized",
             Error::Guest(_) => "guest_failed",
+            Error::EventRefused(_) => "event_refused",
             Error::Unavailable { .. }
             | Error::Bucket(_)
             | Error::Store(_)

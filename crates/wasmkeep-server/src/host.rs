@@ -27,6 +27,9 @@ pub enum Outgoing {
 pub struct SocketEntry {
     pub tx: mpsc::Sender<Outgoing>,
     pub tag: Option<String>,
+    /// The actor closed it (a committed event did): no longer listed, no
+    /// longer sent to, while the client answers the close.
+    pub closing: bool,
 }
 
 /// An actor's open WebSockets, shared by its host (guest calls) and the
@@ -85,12 +88,34 @@ impl NodeHost {
     }
 
     fn check_socket(&self, id: u64) -> Result<(), String> {
-        if self.sockets.lock().sockets.contains_key(&id) {
-            Ok(())
-        } else {
-            Err(format!("no open socket {id}"))
+        let closing = match self.sockets.lock().sockets.get(&id) {
+            None => return Err(format!("no open socket {id}")),
+            Some(entry) => entry.closing,
+        };
+        if closing || self.closes_in_this_event(id) {
+            return Err(format!("socket {id} is closing: the actor closed it"));
         }
+        Ok(())
     }
+
+    fn closes_in_this_event(&self, id: u64) -> bool {
+        self.outbox
+            .iter()
+            .any(|(to, out)| *to == id && matches!(out, Outgoing::Close(..)))
+    }
+}
+
+/// Most of one guest log message that reaches the node's log.
+const LOG_MESSAGE_BYTES_MAX: usize = 16 << 10;
+
+/// A guest's log message as the node logs it: one event per line, each
+/// with the actor's id (a raw line break would start an untagged line,
+/// and a carriage return could hide one), and at most
+/// [`LOG_MESSAGE_BYTES_MAX`] bytes of it; also how many bytes were cut.
+fn log_lines(message: &str) -> (impl Iterator<Item = &str>, usize) {
+    let kept = &message[..message.floor_char_boundary(LOG_MESSAGE_BYTES_MAX)];
+    let lines = kept.split(['\n', '\r']).filter(|line| !line.is_empty());
+    (lines, message.len() - kept.len())
 }
 
 fn to_store(value: SqlValue) -> wasmkeep_store::SqlValue {
@@ -194,7 +219,13 @@ impl ActorHost for NodeHost {
     }
 
     fn socket_list(&mut self) -> Vec<u64> {
-        self.sockets.lock().sockets.keys().copied().collect()
+        let sockets = self.sockets.lock();
+        sockets
+            .sockets
+            .iter()
+            .filter(|(id, entry)| !entry.closing && !self.closes_in_this_event(**id))
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     fn socket_set_tag(&mut self, id: u64, tag: String) -> Result<(), String> {
@@ -269,16 +300,40 @@ impl ActorHost for NodeHost {
 
     fn log(&mut self, level: LogLevel, message: &str) {
         let actor = &self.actor;
-        match level {
-            LogLevel::Trace => tracing::trace!(%actor, guest = true, "{message}"),
-            LogLevel::Debug => tracing::debug!(%actor, guest = true, "{message}"),
-            LogLevel::Info => tracing::info!(%actor, guest = true, "{message}"),
-            LogLevel::Warn => tracing::warn!(%actor, guest = true, "{message}"),
-            LogLevel::Error => tracing::error!(%actor, guest = true, "{message}"),
+        let (lines, cut) = log_lines(message);
+        let note = (cut > 0).then(|| format!("({cut} more bytes of this message were cut)"));
+        for line in lines.chain(note.as_deref()) {
+            match level {
+                LogLevel::Trace => tracing::trace!(%actor, guest = true, "{line}"),
+                LogLevel::Debug => tracing::debug!(%actor, guest = true, "{line}"),
+                LogLevel::Info => tracing::info!(%actor, guest = true, "{line}"),
+                LogLevel::Warn => tracing::warn!(%actor, guest = true, "{line}"),
+                LogLevel::Error => tracing::error!(%actor, guest = true, "{line}"),
+            }
         }
     }
 
     fn as_any(&mut self) -> &mut dyn std::any::Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_log_message_is_logged_line_by_line_and_cut() {
+        let (lines, cut) = log_lines("one\ntwo\r\nFAKE ERROR\rthree\n");
+        assert_eq!(
+            lines.collect::<Vec<_>>(),
+            ["one", "two", "FAKE ERROR", "three"]
+        );
+        assert_eq!(cut, 0);
+        let long = "é".repeat(LOG_MESSAGE_BYTES_MAX);
+        let (lines, cut) = log_lines(&long);
+        let kept: usize = lines.map(str::len).sum();
+        assert!(kept <= LOG_MESSAGE_BYTES_MAX && kept > LOG_MESSAGE_BYTES_MAX - 2);
+        assert_eq!(kept + cut, long.len());
     }
 }

@@ -604,34 +604,45 @@ fn guest_may_set(name: &str) -> bool {
         ))
 }
 
+/// Why an actor's answer cannot be sent, if it cannot: a status outside
+/// 200-599, or a header name or value HTTP does not allow. The mailbox
+/// checks it before it commits the event, so such an event keeps nothing.
+pub(crate) fn check_response(response: &Response) -> std::result::Result<(), String> {
+    if !(200..=599).contains(&response.status) {
+        return Err(format!(
+            "the actor answered with status {}, not one from 200 to 599",
+            response.status
+        ));
+    }
+    for (name, value) in &response.headers {
+        if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(format!(
+                "the actor answered with an invalid header name {name:?}"
+            ));
+        }
+        if hyper::header::HeaderValue::from_str(value).is_err() {
+            return Err(format!(
+                "the actor answered with an invalid value for header {name:?} \
+                 (visible ASCII, spaces and tabs only)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn to_http(response: Response) -> Result<HttpResponse> {
+    check_response(&response).map_err(Error::EventRefused)?;
     let status = hyper::StatusCode::from_u16(response.status)
-        .ok()
-        .filter(|s| !s.is_informational())
-        .ok_or_else(|| {
-            Error::Guest(format!(
-                "the actor answered with invalid status {}",
-                response.status
-            ))
-        })?;
+        .map_err(|e| Error::EventRefused(format!("the actor's status is invalid: {e}")))?;
     let mut builder = hyper::Response::builder().status(status);
     for (name, value) in response.headers {
-        if !guest_may_set(&name) {
-            continue;
+        if guest_may_set(&name) {
+            builder = builder.header(name, value);
         }
-        let (Ok(name), Ok(value)) = (
-            hyper::header::HeaderName::from_bytes(name.as_bytes()),
-            hyper::header::HeaderValue::from_str(&value),
-        ) else {
-            return Err(Error::Guest(format!(
-                "the actor answered with an invalid header {name:?}"
-            )));
-        };
-        builder = builder.header(name, value);
     }
     builder
         .body(Full::new(Bytes::from(response.body)))
-        .map_err(|e| Error::Guest(format!("the actor's response is invalid: {e}")))
+        .map_err(|e| Error::EventRefused(format!("the actor's response is invalid: {e}")))
 }
 
 #[cfg(test)]
@@ -657,19 +668,37 @@ mod tests {
     }
 
     #[test]
-    fn invalid_guest_status_is_a_guest_error() {
+    fn an_answer_that_cannot_be_sent_is_refused() {
         let bad = Response {
             status: 42,
             headers: vec![],
             body: vec![],
         };
-        assert!(matches!(to_http(bad), Err(Error::Guest(_))));
+        assert!(matches!(to_http(bad), Err(Error::EventRefused(_))));
         let informational = Response {
             status: 101,
             headers: vec![],
             body: vec![],
         };
-        assert!(matches!(to_http(informational), Err(Error::Guest(_))));
+        assert!(matches!(
+            to_http(informational),
+            Err(Error::EventRefused(_))
+        ));
+        for (status, headers) in [
+            (999, vec![]),
+            (200, vec![("bad name".to_owned(), "v".to_owned())]),
+            (
+                200,
+                vec![("x-ok".to_owned(), "a\r\nset-cookie: x".to_owned())],
+            ),
+        ] {
+            let response = Response {
+                status,
+                headers,
+                body: vec![],
+            };
+            assert!(check_response(&response).is_err(), "{response:?}");
+        }
     }
 
     #[test]

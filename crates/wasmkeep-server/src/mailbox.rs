@@ -388,7 +388,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
         _ => vec![stub.id.clone()],
     };
     // Each arm: the guest's outcome; `Ok(reply)` commits, `Err` rolls back.
-    let (outcome, reply, started): (Result<Option<Response>, String>, Option<Reply>, Instant) =
+    let (outcome, reply, started): (Result<Option<Response>, Error>, Option<Reply>, Instant) =
         match job {
             Job::Request {
                 request,
@@ -397,16 +397,26 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 ..
             } => {
                 let result = instance.handle(request).await;
-                (
-                    result.map(Some).map_err(|e| event_error(node, &e)),
-                    reply,
-                    started,
-                )
+                let outcome = match result {
+                    // Checked before the commit: an answer that cannot be
+                    // sent fails the event whole, its writes with it.
+                    Ok(response) => match crate::http::check_response(&response) {
+                        Ok(()) => Ok(Some(response)),
+                        Err(reason) => {
+                            node.metrics.guest_failures.fetch_add(1, Ordering::Relaxed);
+                            Err(Error::EventRefused(reason))
+                        }
+                    },
+                    Err(e) => Err(Error::Guest(event_error(node, &stub.id, &e))),
+                };
+                (outcome, reply, started)
             }
             Job::SocketMessage { id, message } => {
                 let result = instance.socket_message(id, message).await;
                 (
-                    result.map(|()| None).map_err(|e| event_error(node, &e)),
+                    result
+                        .map(|()| None)
+                        .map_err(|e| Error::Guest(event_error(node, &stub.id, &e))),
                     None,
                     started,
                 )
@@ -414,7 +424,9 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
             Job::SocketClose { id, code, reason } => {
                 let result = instance.socket_close(id, code, reason).await;
                 (
-                    result.map(|()| None).map_err(|e| event_error(node, &e)),
+                    result
+                        .map(|()| None)
+                        .map_err(|e| Error::Guest(event_error(node, &stub.id, &e))),
                     None,
                     started,
                 )
@@ -448,20 +460,28 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
             )
             .await
         }
-        Err(message) => {
+        Err(error) => {
             let h = host(&mut active.instance);
             h.store.rollback_event();
             h.outbox.clear();
             if let Some(reply) = reply {
-                let _ = reply.send(Err(Error::Guest(message)));
+                let _ = reply.send(Err(error));
             }
         }
     }
 }
 
-fn event_error(node: &Node, error: &EventError) -> String {
+/// Counts and logs a failed event; what its client is told (a trap's
+/// details only with `guest_error_detail`).
+fn event_error(node: &Node, actor: &ActorId, error: &EventError) -> String {
     node.metrics.guest_failures.fetch_add(1, Ordering::Relaxed);
-    error.to_string()
+    tracing::warn!(%actor, %error, "an event failed");
+    match error {
+        EventError::Trap(_) if !node.config.guest_error_detail => {
+            "the guest trapped (the node's log has the details)".to_owned()
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Commits the event and queues its response behind the output gate.
@@ -477,6 +497,21 @@ async fn commit(
     let sends = std::mem::take(&mut h.outbox);
     match h.store.commit_event() {
         Ok(gate) => {
+            if sends
+                .iter()
+                .any(|(_, out)| matches!(out, Outgoing::Close(..)))
+            {
+                // Closed from now on for the actor's later events, though
+                // the close frame waits for this event's output gate.
+                let mut sockets = stub.sockets.lock();
+                for (id, out) in &sends {
+                    if matches!(out, Outgoing::Close(..))
+                        && let Some(entry) = sockets.sockets.get_mut(id)
+                    {
+                        entry.closing = true;
+                    }
+                }
+            }
             let alarm_after = h.store.alarm();
             if alarm_after != alarm_before {
                 node.timer.follow(&stub.id, alarm_after);
@@ -509,6 +544,8 @@ async fn commit(
             if let Some((reply, _)) = reply {
                 let error = if broken {
                     Error::unavailable(e.to_string())
+                } else if matches!(e, wasmkeep_store::Error::EventTooLarge { .. }) {
+                    Error::EventRefused(e.to_string())
                 } else {
                     Error::Guest(e.to_string())
                 };
@@ -538,8 +575,22 @@ async fn run_alarm(
         node.timer.follow(actor, committed);
         return;
     }
+    if node
+        .timer
+        .retry_pending(actor, fire.scheduled_ms)
+        .is_some_and(|pending| pending > fire.retry_count)
+    {
+        // A later retry of this same alarm is already scheduled: this is a
+        // stale delivery (the activation that the retry's own delivery
+        // caused armed the committed alarm afresh). Running it would start
+        // the retries over, and a handler that always fails would never be
+        // given up.
+        host(instance).store.rollback_event();
+        return;
+    }
     node.metrics.alarms_fired.fetch_add(1, Ordering::Relaxed);
-    let lag_ms = u64::try_from(node.clock.wall_ms() - fire.scheduled_ms).unwrap_or(0);
+    // Saturating: the guest may set any time, i64::MIN included.
+    let lag_ms = u64::try_from(node.clock.wall_ms().saturating_sub(fire.scheduled_ms)).unwrap_or(0);
     node.metrics
         .alarm_lag
         .observe(std::time::Duration::from_millis(lag_ms));
@@ -547,7 +598,11 @@ async fn run_alarm(
     let outcome = match instance.alarm(fire.scheduled_ms, fire.retry_count).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(message)) => Err(message),
-        Err(e) => Err(event_error(node, &e)),
+        Err(e) => {
+            // Whole: it reaches only the log line of the retry below.
+            node.metrics.guest_failures.fetch_add(1, Ordering::Relaxed);
+            Err(e.to_string())
+        }
     };
     match outcome {
         Ok(()) => {
@@ -569,8 +624,10 @@ async fn run_alarm(
                 node.metrics.alarm_retries.fetch_add(1, Ordering::Relaxed);
                 let delay = retry_delay(limits.alarm_retry_backoff_first, fire.retry_count);
                 tracing::warn!(%actor, retry = fire.retry_count + 1, ?delay, error = %message, "alarm failed; retrying");
-                let due =
-                    node.clock.wall_ms() + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+                let due = node
+                    .clock
+                    .wall_ms()
+                    .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
                 node.timer.set(
                     due,
                     Fire {

@@ -127,10 +127,14 @@ pub async fn upgrade(
         }
         let id = node.next_socket_id();
         let (tx, rx) = mpsc::channel(limits.socket_outbox_messages_max);
-        stub.sockets
-            .lock()
-            .sockets
-            .insert(id, SocketEntry { tx, tag: None });
+        stub.sockets.lock().sockets.insert(
+            id,
+            SocketEntry {
+                tx,
+                tag: None,
+                closing: false,
+            },
+        );
         // The actor may have begun hibernating before the socket was added:
         // then look again (the next stub activates it anew).
         if node.is_live(&stub) {

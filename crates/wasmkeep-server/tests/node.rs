@@ -204,8 +204,8 @@ fn failing_alarm_is_retried_with_backoff() {
     let dir = tempfile::tempdir().unwrap();
     let ks = format!("ks={}", guest("kitchen-sink").display());
     let server = dev(dir.path(), &[ks.as_str()]);
-    // kitchen-sink fails the first delivery of an alarm set in the past (negative time).
-    assert_eq!(server.req("POST", "/demo/ks/x/alarm/set?at=-5").status, 200);
+    // kitchen-sink fails the first delivery of an alarm set at -1 ms.
+    assert_eq!(server.req("POST", "/demo/ks/x/alarm/set?at=-1").status, 200);
     server.wait_until("a retry", |s| {
         s.metric("wasmkeep_alarm_retries_total") >= 1.0
     });
@@ -213,6 +213,72 @@ fn failing_alarm_is_retried_with_backoff() {
         s.req("GET", "/demo/ks/x/alarm/get").text() == "none"
     });
     assert!(server.metric("wasmkeep_alarms_fired_total") >= 2.0);
+}
+
+#[test]
+fn a_failing_alarm_keeps_its_retries_across_hibernation() {
+    let dir = tempfile::tempdir().unwrap();
+    let ks = format!("ks={}", guest("kitchen-sink").display());
+    // Hibernated between the retries (2 s, then 4 s apart).
+    let server = dev(dir.path(), &["--idle-timeout", "300ms", ks.as_str()]);
+    // kitchen-sink fails the first two deliveries of an alarm set at -2 ms.
+    assert_eq!(server.req("POST", "/demo/ks/r/alarm/set?at=-2").status, 200);
+    // The metrics, not the actor: a request would keep it resident.
+    server.wait_until("the second retry succeeds", |s| {
+        s.logs().contains("alarm scheduled_ms=-2 retry_count=2")
+            && s.metric("wasmkeep_resident_actors") == 0.0
+    });
+    assert_eq!(server.metric("wasmkeep_alarm_retries_total"), 2.0);
+    assert_eq!(server.metric("wasmkeep_alarms_fired_total"), 3.0);
+    assert!(server.metric("wasmkeep_hibernations_total") >= 2.0);
+    assert_eq!(server.req("GET", "/demo/ks/r/alarm/get").text(), "none");
+}
+
+#[test]
+fn an_alarm_at_the_earliest_time_fires_and_the_actor_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let ks = format!("ks={}", guest("kitchen-sink").display());
+    let server = dev(dir.path(), &[ks.as_str()]);
+    let at = i64::MIN;
+    assert_eq!(
+        server
+            .req("POST", &format!("/demo/ks/early/alarm/set?at={at}"))
+            .status,
+        200
+    );
+    server.wait_until("the alarm fires and is cleared", |s| {
+        s.req("GET", "/demo/ks/early/alarm/get").text() == "none"
+    });
+    assert_eq!(server.metric("wasmkeep_alarms_fired_total"), 1.0);
+}
+
+#[test]
+fn an_answer_that_cannot_be_sent_fails_the_event_and_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ks = format!("ks={}", guest("kitchen-sink").display());
+    let server = dev(dir.path(), &[ks.as_str()]);
+    let ok = server.req("POST", "/demo/ks/a/answer?header=x-ok");
+    assert_eq!((ok.status, ok.header("x-ok")), (200, Some("1")));
+    assert_ne!(server.req("GET", "/demo/ks/a/alarm/get").text(), "none");
+    for bad in ["header=b@d", "status=42", "status=101", "status=999"] {
+        let answer = server.req("POST", &format!("/demo/ks/b/answer?{bad}"));
+        assert_eq!(
+            (answer.status, answer.json_code().as_str()),
+            (500, "event_refused"),
+            "{bad}: {}",
+            answer.text()
+        );
+        // The event's write (its alarm) was discarded with it.
+        assert_eq!(server.req("GET", "/demo/ks/b/alarm/get").text(), "none");
+    }
+    // A caller gets the refusal as the call's error, not the bad answer.
+    let called = server.req(
+        "POST",
+        "/demo/ks/c/call?class=ks&name=d&path=/answer?header=b@d",
+    );
+    assert_eq!(called.status, 502, "{}", called.text());
+    assert!(called.text().contains("refused"), "{}", called.text());
+    assert_eq!(server.req("GET", "/demo/ks/d/alarm/get").text(), "none");
 }
 
 #[test]
@@ -381,6 +447,27 @@ fn marker_headers_from_clients_do_not_reach_the_actor() {
     assert_eq!(r.header("x-wasmkeep-node"), Some("dev"));
 }
 
+/// Reads a WebSocket until the server's close frame; the frame's code.
+async fn close_code<S>(ws: &mut S) -> Option<u16>
+where
+    S: futures::Stream<
+            Item = Result<
+                tokio_tungstenite::tungstenite::Message,
+                tokio_tungstenite::tungstenite::Error,
+            >,
+        > + Unpin,
+{
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            other => panic!("socket ended without a close frame: {other:?}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_round_trip_close_event_and_1012_on_shutdown() {
     use futures::{SinkExt, StreamExt};
@@ -427,6 +514,33 @@ async fn websocket_round_trip_close_event_and_1012_on_shutdown() {
         !listed.trim().is_empty() && listed.trim() != "[]",
         "socket not listed: {listed:?}"
     );
+    // A socket the actor closes leaves its list and takes no more messages
+    // at once, before its client has answered the close.
+    let (mut quiet, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/demo/ks/q/ws"))
+        .await
+        .unwrap();
+    let (closed, listed, sent, again) = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || {
+            let text = |method: &str, path: &str| request(&addr, method, path, &[], b"").text();
+            let id = text("GET", "/demo/ks/q/sockets/list").trim().to_owned();
+            let close = format!("/demo/ks/q/sockets/close?id={id}&code=4001");
+            (
+                text("POST", &close),
+                text("GET", "/demo/ks/q/sockets/list"),
+                text("POST", &format!("/demo/ks/q/sockets/send?id={id}&text=x")),
+                text("POST", &close),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(closed, "closed");
+    assert_eq!(listed.trim(), "", "a closed socket is still listed");
+    assert!(sent.contains("is closing"), "{sent}");
+    assert!(again.contains("is closing"), "{again}");
+    let code = close_code(&mut quiet).await;
+    assert_eq!(code, Some(4001));
     echo.close(None).await.unwrap();
     let server = tokio::task::spawn_blocking(move || {
         server.wait_until("the close event", |s| s.logs().contains("socket-close id="));
@@ -442,24 +556,12 @@ async fn websocket_round_trip_close_event_and_1012_on_shutdown() {
     big.send(Message::binary(vec![7u8; 1536 * 1024]))
         .await
         .unwrap();
-    let code = loop {
-        match big.next().await {
-            Some(Ok(Message::Close(frame))) => break frame.map(|f| u16::from(f.code)),
-            Some(Ok(_)) => continue,
-            other => panic!("socket ended without a close frame: {other:?}"),
-        }
-    };
+    let code = close_code(&mut big).await;
     assert_eq!(code, Some(1009));
 
     // Shutdown closes the counter's socket with 1012 and exits cleanly.
     let stopped = tokio::task::spawn_blocking(move || server.stop());
-    let code = loop {
-        match ws.next().await {
-            Some(Ok(Message::Close(frame))) => break frame.map(|f| u16::from(f.code)),
-            Some(Ok(_)) => continue,
-            other => panic!("socket ended without a close frame: {other:?}"),
-        }
-    };
+    let code = close_code(&mut ws).await;
     assert_eq!(code, Some(1012));
     assert!(stopped.await.unwrap(), "graceful shutdown exits 0");
 }
@@ -494,6 +596,17 @@ fn serve_runs_classes_deployed_with_the_deploy_command() {
         stdout.starts_with("counter "),
         "deploy prints the class and digest on stdout: {stdout:?}"
     );
+    let trap = std::process::Command::new(common::BIN)
+        .args(["deploy", "trap", guest("trap").to_str().unwrap()])
+        .args(["--bucket", &bucket, "--app", "shop"])
+        .args(["--data-dir", common::data_dir().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        trap.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trap.stderr)
+    );
     let server = Server::start(
         dir.path(),
         &[
@@ -509,6 +622,18 @@ fn serve_runs_classes_deployed_with_the_deploy_command() {
         ],
     );
     assert_eq!(server.req("POST", "/acme/counter/x/increment").text(), "1");
+    // A trap's details (what the guest printed, where it panicked) reach
+    // the node's log, not the client (`dev` tells its client too).
+    let trapped = server.req("POST", "/acme/trap/x/panic");
+    assert_eq!(
+        (trapped.status, trapped.json_code().as_str()),
+        (500, "guest_failed")
+    );
+    assert!(trapped.text().contains("trapped"), "{}", trapped.text());
+    assert!(!trapped.text().contains("on purpose"), "{}", trapped.text());
+    server.wait_until("the trap's details in the log", |s| {
+        s.logs().contains("trap guest panics on purpose")
+    });
     let first_line = server
         .logs()
         .lines()

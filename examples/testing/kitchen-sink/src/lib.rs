@@ -92,6 +92,17 @@ impl handler::Guest for KitchenSink {
                     body: request.body,
                 }
             }
+            "/answer" => {
+                // A write (the alarm), then an answer with `status` (200)
+                // and a header named `header` if given.
+                alarm::set(4_000_000_000_000);
+                let status = param(path, "status").and_then(|v| v.parse().ok());
+                let mut response = text(status.unwrap_or(200), "answered");
+                if let Some(name) = param(path, "header") {
+                    response.headers.push((name.into(), "1".into()));
+                }
+                response
+            }
             "/sql/execute" => {
                 match sql::execute("INSERT INTO t VALUES (?, ?, ?, ?, ?)", &every_value()) {
                     Ok(changed) => text(200, changed.to_string()),
@@ -238,8 +249,9 @@ impl events::Guest for KitchenSink {
             log::Level::Info,
             &format!("alarm scheduled_ms={scheduled_ms} retry_count={retry_count}"),
         );
-        // A negative schedule asks for a retry on the first delivery.
-        if scheduled_ms < 0 && retry_count == 0 {
+        // A schedule of -N (N from 1 to 9) asks for N failed deliveries
+        // before one succeeds.
+        if (-9..0).contains(&scheduled_ms) && i64::from(retry_count) < -scheduled_ms {
             return Err("not yet".into());
         }
         Ok(())
