@@ -190,3 +190,21 @@ async fn deploying_the_current_version_again_writes_nothing() {
             .is_err()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_actor_name_is_kept_and_a_longer_one_refused() {
+    let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
+    let node = start(Arc::clone(&bucket)).await;
+    // 127 bytes of UTF-8: its hex is one 254-byte key segment.
+    let name = format!("x{}", "é".repeat(63));
+    let actor = ActorId::parse(&format!("demo/counter/{name}")).unwrap();
+    assert_eq!(increment(&node, &actor).await.unwrap(), "1");
+    let owners = bucket.list(&node.keys.owners_prefix()).await.unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(node.keys.parse_owner_key(&owners[0].key).unwrap(), actor);
+
+    let longer = ActorId::parse(&format!("demo/counter/{name}x"));
+    let refused = Error::from(longer.expect_err("128 bytes"));
+    assert_eq!(refused.status(), 400);
+    node.shutdown(std::time::Duration::from_secs(5)).await;
+}

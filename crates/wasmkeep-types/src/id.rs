@@ -2,7 +2,9 @@
 //!
 //! Apps, tenants, classes and nodes are short lower-case words because they
 //! appear verbatim in bucket keys and URLs. An actor's name is any UTF-8
-//! string up to [`ACTOR_NAME_BYTES_MAX`] bytes: it is hex-encoded in keys.
+//! string up to [`ACTOR_NAME_BYTES_MAX`] bytes: it is hex-encoded in keys,
+//! as one key segment, which a folder bucket makes a file name (at most 255
+//! bytes on common file systems): ADR 0052.
 
 use std::fmt;
 
@@ -10,8 +12,9 @@ use crate::Error;
 
 /// Longest app, tenant, class or node name, in bytes.
 pub const WORD_BYTES_MAX: usize = 63;
-/// Longest actor name, in bytes of UTF-8.
-pub const ACTOR_NAME_BYTES_MAX: usize = 512;
+/// Longest actor name, in bytes of UTF-8: its hex (two characters a byte)
+/// fits one 255-byte key segment (ADR 0052).
+pub const ACTOR_NAME_BYTES_MAX: usize = 127;
 
 /// Checks a short word: `[a-z0-9][a-z0-9_-]*`, at most 63 bytes. `extra`
 /// admits more characters (node ids may contain `.`).
@@ -187,7 +190,7 @@ fn check_actor_name(name: &str) -> Result<(), Error> {
         return Err(invalid("must not be empty"));
     }
     if name.len() > ACTOR_NAME_BYTES_MAX {
-        return Err(invalid("longer than 512 bytes"));
+        return Err(invalid("longer than 127 bytes"));
     }
     if name.chars().any(char::is_control) {
         return Err(invalid("must not contain control characters"));
@@ -228,8 +231,13 @@ mod tests {
     fn actor_names_have_limits() {
         assert!(ActorId::parse("t/c/").is_err());
         assert!(ActorId::parse("t/c").is_err());
-        assert!(ActorId::parse(&format!("t/c/{}", "é".repeat(257))).is_err());
-        assert!(ActorId::parse(&format!("t/c/{}", "é".repeat(256))).is_ok());
+        // "é" is two bytes: 127 bytes pass, 128 do not.
+        assert!(ActorId::parse(&format!("t/c/{}", "é".repeat(64))).is_err());
+        assert!(ActorId::parse(&format!("t/c/x{}", "é".repeat(63))).is_ok());
+        let too_long = ActorId::parse(&format!("t/c/{}", "x".repeat(128)))
+            .expect_err("128 bytes")
+            .to_string();
+        assert!(too_long.contains("longer than 127 bytes"), "{too_long}");
         assert!(ActorId::parse("t/c/a\nb").is_err());
         assert!(ActorId::from_key_parts("t", "c", "zz").is_err());
         assert!(ActorId::from_key_parts("t", "c", "ff").is_err());
