@@ -121,7 +121,10 @@ pub async fn load(
 /// Loads every class whose current version differs from the loaded one.
 /// A class that fails to load keeps serving its previous version. The
 /// loads run side by side, one per core (each deserializes or compiles on a
-/// blocking thread): a starting node serves once all are loaded.
+/// blocking thread), and each class serves its new version as soon as that
+/// one is loaded: a slow compile holds back no other class. A class with no
+/// version here yet answers "retry" while it loads, not "unknown class". A
+/// starting node serves once all are loaded.
 pub async fn poll(node: &Arc<Node>) -> Result<()> {
     let metas = node.bucket.list(&node.keys.classes_prefix()).await?;
     let mut changed = Vec::new();
@@ -143,28 +146,31 @@ pub async fn poll(node: &Arc<Node>) -> Result<()> {
         }
         changed.push((class, digest));
     }
+    for (class, _) in &changed {
+        if node.class_digest(class).is_none() {
+            node.set_class_loading(class, true);
+        }
+    }
     // As many at once as there are cores: a first start compiles every
     // class, and each compile holds its own working memory.
     let side_by_side = std::thread::available_parallelism().map_or(1, usize::from);
-    let loads: Vec<_> = changed
-        .iter()
-        .map(|(class, digest)| load(&*node.bucket, &node.keys, &*node.guest, class, digest))
-        .collect();
-    let loaded: Vec<_> = futures::stream::iter(loads)
-        .buffered(side_by_side)
-        .collect()
-        .await;
-    for ((class, digest), loaded) in changed.into_iter().zip(loaded) {
+    let mut loads = futures::stream::iter(changed.into_iter().map(|(class, digest)| async move {
+        let loaded = load(&*node.bucket, &node.keys, &*node.guest, &class, &digest).await;
+        (class, digest, loaded)
+    }))
+    .buffer_unordered(side_by_side);
+    while let Some((class, digest, loaded)) = loads.next().await {
         match loaded {
             Ok(component) => {
                 tracing::info!(%class, %digest, from_cache = component.was_cached(), "class version loaded");
                 node.metrics.class_loads.fetch_add(1, Ordering::Relaxed);
-                node.set_class(class, component);
+                node.set_class(class.clone(), component);
             }
             Err(e) => {
                 tracing::error!(%class, %digest, error = %e, "class version not loaded; the previous one keeps serving")
             }
         }
+        node.set_class_loading(&class, false);
     }
     Ok(())
 }

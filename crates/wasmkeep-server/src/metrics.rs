@@ -67,6 +67,7 @@ pub struct Metrics {
     pub resident_actors: AtomicI64,
     pub activations: AtomicU64,
     pub activation_failures: AtomicU64,
+    pub mailbox_panics: AtomicU64,
     pub hibernations: AtomicU64,
     pub instance_unloads: AtomicU64,
     pub events: AtomicU64,
@@ -143,7 +144,7 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 25] = [
+        let counters: [(&str, &str, u64); 26] = [
             (
                 "wasmkeep_forwarded_requests_total",
                 "Requests and calls forwarded to the node that holds the actor.",
@@ -208,6 +209,11 @@ impl Metrics {
                 "wasmkeep_activation_failures_total",
                 "Activations that failed.",
                 load(&self.activation_failures),
+            ),
+            (
+                "wasmkeep_mailbox_panics_total",
+                "Actor mailboxes that panicked (a wasmkeep bug; the actor was activated afresh at its next event).",
+                load(&self.mailbox_panics),
             ),
             (
                 "wasmkeep_hibernations_total",

@@ -4,6 +4,7 @@
 //! poll, heartbeat) started and stopped together.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -135,6 +136,10 @@ type ActorMap = HashMap<ActorId, Entry, foldhash::fast::RandomState>;
 /// hibernate at once: 1,000 resident actors give batches of 15.
 const EVICTION_BATCH_DIVISOR: usize = 64;
 
+/// Retry-After for a request to a class still compiling here: a Rust
+/// component compiles in about a second, a JavaScript one in ~16 s.
+const CLASS_LOADING_RETRY_AFTER_S: u32 = 2;
+
 /// At shutdown, the least time given to deleting the heartbeat when the
 /// releases used up the grace.
 const RESIGN_TIME_MIN: Duration = Duration::from_secs(2);
@@ -174,6 +179,9 @@ pub struct Node {
     pub(crate) unproven: Mutex<Option<(String, Instant)>>,
     pub(crate) store_config: StoreConfig,
     classes: RwLock<HashMap<ClassName, Arc<dyn GuestClass>>>,
+    /// Deployed classes with no version loaded here yet, being loaded: their
+    /// requests are asked to retry, not told the class does not exist.
+    classes_loading: Mutex<std::collections::HashSet<ClassName>>,
     /// Hashed (see [`ActorMap`]); the passes whose order shows (the drain,
     /// eviction ties) sort by name, so a simulation run repeats.
     actors: Mutex<ActorMap>,
@@ -335,6 +343,7 @@ impl Node {
             unproven: Mutex::new(None),
             store_config: StoreConfig::default(),
             classes: RwLock::new(HashMap::new()),
+            classes_loading: Mutex::new(std::collections::HashSet::new()),
             actors: Mutex::new(ActorMap::default()),
             actors_changed: Notify::new(),
             timer,
@@ -352,7 +361,7 @@ impl Node {
             );
         }
         cluster::renew(&node).await?;
-        classes::poll(&node).await?;
+        node.load_classes_at_start().await?;
         *node.state.lock() = NodeState::Serving;
         cluster::renew(&node).await?;
         if let Err(e) = node.peers.refresh().await {
@@ -360,6 +369,27 @@ impl Node {
         }
         node.spawn_background();
         Ok(node)
+    }
+
+    /// The first class poll, with the lease renewed meanwhile: compiling a
+    /// class takes seconds (a JavaScript one ~16 s here), and a start that
+    /// compiles several could outlast the lease TTL, which the first renewal
+    /// after it would then find lapsed (the node exited).
+    async fn load_classes_at_start(self: &Arc<Self>) -> Result<()> {
+        let renewing = async {
+            loop {
+                tokio::time::sleep(self.config.heartbeat_period).await;
+                if let Err(e) = cluster::renew(self).await {
+                    tracing::warn!(error = %e, "lease renewal during the start's class loads failed");
+                }
+            }
+        };
+        tokio::select! {
+            // Checked in order: a run replays the same way (ADR 0006).
+            biased;
+            loaded = classes::poll(self) => loaded,
+            never = renewing => never,
+        }
     }
 
     fn spawn_background(self: &Arc<Self>) {
@@ -420,11 +450,27 @@ impl Node {
         if !self.config.serves_class(class) {
             return Err(Error::UnknownClass(class.to_string()));
         }
-        self.classes
-            .read()
-            .get(class)
-            .cloned()
-            .ok_or_else(|| Error::UnknownClass(class.to_string()))
+        if let Some(component) = self.classes.read().get(class) {
+            return Ok(Arc::clone(component));
+        }
+        if self.classes_loading.lock().contains(class) {
+            return Err(Error::Unavailable {
+                reason: format!("class {class} was just deployed and is being compiled here"),
+                retry_after_s: CLASS_LOADING_RETRY_AFTER_S,
+            });
+        }
+        Err(Error::UnknownClass(class.to_string()))
+    }
+
+    /// Notes that `class`'s first version here is being loaded (`true`) or
+    /// that its load ended, loaded or not (`false`).
+    pub(crate) fn set_class_loading(&self, class: &ClassName, loading: bool) {
+        let mut set = self.classes_loading.lock();
+        if loading {
+            set.insert(class.clone());
+        } else {
+            set.remove(class);
+        }
     }
 
     pub(crate) fn class_digest(&self, class: &ClassName) -> Option<String> {
@@ -696,8 +742,56 @@ impl Node {
             activation: Signal::new(Activation::Pending),
             hint: ActorHint::default(),
         });
-        tokio::spawn(mailbox::run(Arc::clone(self), Arc::clone(&stub), rx));
+        let node = Arc::clone(self);
+        let guarded = Arc::clone(&stub);
+        tokio::spawn(async move {
+            let run = mailbox::run(Arc::clone(&node), Arc::clone(&guarded), rx);
+            if let Err(panic) = futures::FutureExt::catch_unwind(AssertUnwindSafe(run)).await {
+                node.mailbox_panicked(&guarded, &*panic);
+            }
+        });
         stub
+    }
+
+    /// A panic in an actor's mailbox (a bug of ours) must not wedge the
+    /// actor: its stub would stay in the map with nobody reading its events,
+    /// answering 503 "changing hands" until the node restarts. The unwind
+    /// dropped the mailbox's store and instance (their uncommitted writes
+    /// with them), and its waiting events, which answer 503; the stub is
+    /// forgotten here, so the next event activates the actor afresh from
+    /// the bucket. The ownership record stays this node's, as after a
+    /// hibernation that kept it.
+    fn mailbox_panicked(&self, stub: &Arc<Stub>, panic: &(dyn std::any::Any + Send)) {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic with no message".to_owned());
+        self.metrics.mailbox_panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(actor = %stub.id, panic = %what, "the actor's mailbox panicked (a wasmkeep bug): its events in flight failed, and its next event activates it afresh");
+        if matches!(stub.activation.get(), Activation::Pending) {
+            stub.activation.set(Activation::Failed {
+                reason: format!("actor {} failed to activate (an internal error)", stub.id),
+                unknown_class: None,
+            });
+        }
+        let mut actors = self.actors.lock();
+        let orphaned = match actors.get(&stub.id) {
+            Some(Entry::Live(s)) => Arc::ptr_eq(s, stub),
+            // Its release guard was dropped by the unwind (so it reads
+            // released) without the entry being removed: while the map is
+            // locked, a release that ended normally shows no entry at all.
+            Some(Entry::Releasing(released)) => released.get(),
+            None => false,
+        };
+        if orphaned {
+            actors.remove(&stub.id);
+        }
+        self.metrics
+            .resident_actors
+            .store(actors.len() as i64, Ordering::Relaxed);
+        drop(actors);
+        self.actors_changed.notify_waiters();
     }
 
     /// Step 1 of a hand-over: under the map lock, if the actor is still idle
