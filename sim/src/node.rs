@@ -106,6 +106,9 @@ impl SimNode {
         node_config.lease_ttl = config.lease_ttl;
         node_config.idle_timeout = config.idle_timeout;
         node_config.alarm_sweep_period = config.alarm_sweep_period;
+        // Each node index is one machine with its own data dir: a restart
+        // after a crash takes its heartbeat over at once (ADR 0054).
+        node_config.holder = Some(format!("{:016x}", 0x5e5e_0000_u64 + index as u64));
         let platform = Platform {
             guest: Arc::new(SimEngine::new(ctx.clone())),
             clock,

@@ -81,6 +81,7 @@ impl TestNode {
             generation: 0,
             sockets_closing: 0,
             releases_failed: 0,
+            holder: String::new(),
         };
         self.lease
             .renew(&*self.bucket, &self.keys.node(&self.id), heartbeat)

@@ -204,6 +204,131 @@ impl NodeLease {
         }
     }
 
+    /// A process's first heartbeat: takes the node id only from a process
+    /// that is gone (ADR 0054). No heartbeat: written if still absent. A
+    /// heartbeat carrying `holder` (this process's data-dir token, given
+    /// only while it holds that dir's lock) was written by an earlier
+    /// process of this data dir, which is dead: replaced at once. Any other
+    /// heartbeat is read again every `poll` until a read that starts
+    /// `unchanged_for` (the lease TTL and the observers' margin) after the
+    /// first reply: one that changes meanwhile belongs to a live process,
+    /// and the claim fails with [`Error::NodeIdInUse`]; one that does not is
+    /// replaced, on its etag; one deleted meanwhile (its process stopped
+    /// cleanly) is written anew if still absent. On success the lease is
+    /// valid as after a renewal.
+    pub async fn claim(
+        &self,
+        bucket: &dyn Bucket,
+        key: &str,
+        mut heartbeat: Heartbeat,
+        holder: Option<&str>,
+        unchanged_for: Duration,
+        poll: Duration,
+    ) -> Result<()> {
+        if self.state.lock().last_etag.is_some() {
+            // Claimed already: renew instead.
+            return Err(Error::LeaseInvalid);
+        }
+        let node = heartbeat.node.to_string();
+        let in_use = |reason: &str| Error::NodeIdInUse {
+            node: node.clone(),
+            reason: reason.to_owned(),
+        };
+        let found = match bucket.get(key).await {
+            Ok(object) => Some(object),
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let first_reply = self.clock.now();
+        // The etag to replace; `None`: write only if absent.
+        let replace = match found {
+            None => None,
+            Some(object) => {
+                let ours = holder.is_some_and(|h| {
+                    !h.is_empty()
+                        && std::str::from_utf8(&object.bytes)
+                            .ok()
+                            .and_then(|t| Heartbeat::parse(t).ok())
+                            .is_some_and(|theirs| theirs.holder == h)
+                });
+                if ours {
+                    Some(object.meta.etag)
+                } else {
+                    tracing::info!(
+                        node = %heartbeat.node,
+                        wait = ?unchanged_for,
+                        "this node id has a heartbeat from another process: waiting to see whether that process is alive"
+                    );
+                    loop {
+                        tokio::time::sleep(poll).await;
+                        let read_start = self.clock.now();
+                        match bucket.get(key).await {
+                            Ok(now) if now.meta.etag == object.meta.etag => {
+                                if read_start >= first_reply + unchanged_for {
+                                    break Some(object.meta.etag);
+                                }
+                            }
+                            Ok(_) => {
+                                return Err(in_use(
+                                    "its heartbeat was renewed while this process waited",
+                                ));
+                            }
+                            Err(wasmkeep_bucket::Error::NotFound { .. }) => break None,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+            }
+        };
+        let start = self.clock.now();
+        {
+            let mut state = self.state.lock();
+            state.generation += 1;
+            heartbeat.generation = state.generation;
+            heartbeat.incarnation = state.incarnation.clone();
+            holder.unwrap_or_default().clone_into(&mut heartbeat.holder);
+        }
+        let body = Bytes::from(heartbeat.to_text());
+        let written = match &replace {
+            Some(etag) => bucket.put_if_match(key, body, etag).await,
+            None => bucket.put_if_absent(key, body).await,
+        };
+        match written {
+            Ok(meta) => {
+                let mut state = self.state.lock();
+                if state.incarnation != heartbeat.incarnation || state.lapsed {
+                    return Err(Error::LeaseInvalid);
+                }
+                state.last_etag = Some(meta.etag);
+                state.valid_until = Some(start + self.lease_ttl);
+                Ok(())
+            }
+            Err(
+                wasmkeep_bucket::Error::Conflict { .. } | wasmkeep_bucket::Error::NotFound { .. },
+            ) => Err(in_use(
+                "another process wrote its heartbeat at the same time",
+            )),
+            Err(wasmkeep_bucket::Error::OutcomeUnknown { .. }) => {
+                // Ours if it landed: the body names our incarnation.
+                let object = bucket.get(key).await?;
+                let landed = std::str::from_utf8(&object.bytes)
+                    .ok()
+                    .and_then(|t| Heartbeat::parse(t).ok())
+                    .is_some_and(|hb| hb.incarnation == heartbeat.incarnation);
+                if !landed {
+                    return Err(in_use(
+                        "another process wrote its heartbeat at the same time",
+                    ));
+                }
+                let mut state = self.state.lock();
+                state.last_etag = Some(object.meta.etag);
+                state.valid_until = Some(start + self.lease_ttl);
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Ends the lease at a clean shutdown, after every actor was released:
     /// deletes the heartbeat so peers need not wait for the TTL. A lease
     /// that is no longer valid is only ended: peers call its heartbeat
@@ -444,6 +569,7 @@ mod tests {
             generation,
             sockets_closing: 0,
             releases_failed: 0,
+            holder: String::new(),
         }
     }
 
@@ -603,5 +729,153 @@ mod tests {
             a.renew(&bucket, key, heartbeat("n1", "", 0)).await,
             Err(Error::DuplicateNode { .. })
         ));
+    }
+
+    fn process(seed: u64) -> NodeLease {
+        NodeLease::new(
+            Arc::new(SystemClock),
+            Arc::new(SeededRandom::new(seed)),
+            TTL,
+        )
+    }
+
+    async fn written(bucket: &dyn Bucket, key: &str) -> Heartbeat {
+        let object = bucket.get(key).await.unwrap();
+        Heartbeat::parse(std::str::from_utf8(&object.bytes).unwrap()).unwrap()
+    }
+
+    const WATCH: Duration = Duration::from_secs(12);
+    const POLL: Duration = Duration::from_secs(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_writes_an_absent_heartbeat_and_refuses_a_live_one() {
+        let bucket = Arc::new(wasmkeep_bucket::MemoryBucket::new());
+        let key = "apps/default/nodes/n1";
+        let a = Arc::new(process(1));
+        a.claim(
+            &*bucket,
+            key,
+            heartbeat("n1", "", 0),
+            Some("aa"),
+            WATCH,
+            POLL,
+        )
+        .await
+        .unwrap();
+        assert!(a.is_valid());
+        // A claims once; later writes are renewals.
+        assert!(matches!(
+            a.claim(
+                &*bucket,
+                key,
+                heartbeat("n1", "", 0),
+                Some("aa"),
+                WATCH,
+                POLL
+            )
+            .await,
+            Err(Error::LeaseInvalid)
+        ));
+        let renewing = tokio::spawn({
+            let (a, bucket) = (Arc::clone(&a), Arc::clone(&bucket));
+            async move {
+                loop {
+                    tokio::time::sleep(POLL).await;
+                    a.renew(&*bucket, key, heartbeat("n1", "", 0))
+                        .await
+                        .unwrap();
+                }
+            }
+        });
+        // Another data dir's process, or one without the lock: refused.
+        for holder in [Some("bb"), None] {
+            let b = process(2);
+            let claimed = b
+                .claim(&*bucket, key, heartbeat("n1", "", 0), holder, WATCH, POLL)
+                .await;
+            assert!(
+                matches!(&claimed, Err(Error::NodeIdInUse { node, .. }) if node == "n1"),
+                "{claimed:?}"
+            );
+            assert!(!b.is_valid());
+        }
+        renewing.abort();
+        a.renew(&*bucket, key, heartbeat("n1", "", 0))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dead_processes_heartbeat_is_taken_at_once_by_its_data_dir_else_after_a_watch() {
+        let bucket = wasmkeep_bucket::MemoryBucket::new();
+        let key = "apps/default/nodes/n1";
+        let a = process(1);
+        a.claim(
+            &bucket,
+            key,
+            heartbeat("n1", "", 0),
+            Some("aa"),
+            WATCH,
+            POLL,
+        )
+        .await
+        .unwrap();
+        // a dies. A process of another data dir watches, then takes over.
+        let b = process(2);
+        b.claim(
+            &bucket,
+            key,
+            heartbeat("n1", "", 0),
+            Some("bb"),
+            WATCH,
+            POLL,
+        )
+        .await
+        .unwrap();
+        assert_eq!(written(&bucket, key).await.incarnation, b.incarnation());
+        assert_eq!(written(&bucket, key).await.holder, "bb");
+        // b's token proves b's successor on its data dir without a watch:
+        // it takes over although b was not seen to stop (a test of trust;
+        // the data dir's lock is what makes it true).
+        let c = process(3);
+        let before = bucket.get(key).await.unwrap().meta.etag;
+        let claimed = tokio::time::timeout(
+            POLL / 2,
+            c.claim(
+                &bucket,
+                key,
+                heartbeat("n1", "", 0),
+                Some("bb"),
+                WATCH,
+                POLL,
+            ),
+        )
+        .await;
+        assert!(matches!(claimed, Ok(Ok(()))), "{claimed:?}");
+        assert_ne!(bucket.get(key).await.unwrap().meta.etag, before);
+        assert_eq!(written(&bucket, key).await.incarnation, c.incarnation());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_heartbeat_deleted_during_the_watch_is_written_anew() {
+        let bucket = Arc::new(wasmkeep_bucket::MemoryBucket::new());
+        let key = "apps/default/nodes/n1";
+        let a = Arc::new(process(1));
+        a.claim(&*bucket, key, heartbeat("n1", "", 0), None, WATCH, POLL)
+            .await
+            .unwrap();
+        let resigning = tokio::spawn({
+            let (a, bucket) = (Arc::clone(&a), Arc::clone(&bucket));
+            async move {
+                tokio::time::sleep(POLL * 3).await;
+                a.resign(&*bucket, key).await.unwrap()
+            }
+        });
+        let b = process(2);
+        b.claim(&*bucket, key, heartbeat("n1", "", 0), None, WATCH, POLL)
+            .await
+            .unwrap();
+        assert!(resigning.await.unwrap(), "a deleted its heartbeat");
+        assert!(b.is_valid());
     }
 }

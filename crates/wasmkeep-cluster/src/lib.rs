@@ -34,6 +34,11 @@ pub enum Error {
     /// Another process writes this node's heartbeat: two nodes share a node id.
     #[error("another process writes the heartbeat of node {node}: node ids must be unique")]
     DuplicateNode { node: String },
+    /// A starting process found its node id held by another process.
+    #[error(
+        "node id {node} is in use: {reason}; stop that process or give this one another --node-id"
+    )]
+    NodeIdInUse { node: String, reason: String },
     #[error("cluster key: {0}")]
     ClusterKey(String),
 }

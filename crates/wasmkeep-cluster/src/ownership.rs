@@ -464,6 +464,7 @@ mod tests {
                 generation: 0,
                 sockets_closing: 0,
                 releases_failed: 0,
+                holder: String::new(),
             };
             let key = self.keys.node(self.ownership.node());
             self.lease.renew(&*self.bucket, &key, hb).await.unwrap();

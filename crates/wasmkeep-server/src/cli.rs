@@ -1152,7 +1152,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     }
     let listen = config.listen;
     let bucket_note = bucket_url.clone();
-    serve_node(config, bucket, runtime, None, move |addr| {
+    serve_node(config, bucket, &bucket_url, runtime, None, move |addr| {
         let mut text =
             format!("wasmkeep dev: serving on http://{addr} (bucket {bucket_note})\nTry:\n");
         for class in &classes_deployed {
@@ -1190,9 +1190,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )?;
     let (bucket, runtime) = open_bucket_and_runtime(&bucket_url, &config).await?;
     let drain_timeout = config.drain_timeout;
-    serve_node(config, bucket, runtime, Some(drain_timeout), |addr| {
-        tracing::info!(%addr, "ready");
-    })
+    serve_node(
+        config,
+        bucket,
+        &bucket_url,
+        runtime,
+        Some(drain_timeout),
+        |addr| {
+            tracing::info!(%addr, "ready");
+        },
+    )
     .await
 }
 
@@ -1202,12 +1209,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 async fn serve_node(
     config: NodeConfig,
     bucket: Arc<dyn Bucket>,
+    bucket_url: &str,
     runtime: Runtime,
     drain_timeout: Option<Duration>,
     on_ready: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    // Held until the process ends (ADR 0054).
+    let identity = format!("{bucket_url}\n{}\n{}", config.app, config.node_id);
+    let data_dir_lock = crate::holder::DataDirLock::acquire(&config.data_dir, &identity)?;
+    let mut config = config;
+    config.holder = data_dir_lock.as_ref().map(|l| l.token().to_owned());
     let grace = config.limits.shutdown_grace;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -1218,7 +1231,6 @@ async fn serve_node(
         _ => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let mut config = config;
     if config.advertise.is_none() {
         config.advertise = Some(format!("{scheme}://{addr}"));
     }

@@ -449,6 +449,7 @@ fn heartbeat(node: &Node) -> Heartbeat {
         generation: 0,
         sockets_closing: count(&node.metrics.sockets_closing),
         releases_failed: count(&node.metrics.leftover_holds),
+        holder: node.config.holder.clone().unwrap_or_default(),
     }
 }
 
@@ -457,6 +458,37 @@ fn count(gauge: &std::sync::atomic::AtomicI64) -> u64 {
 }
 
 /// Renews the node lease once (writes the heartbeat).
+/// The process's first heartbeat: claims the node id, waiting up to a lease
+/// TTL (and the observers' margin) when another process may still hold it,
+/// and refusing it when that process is alive (ADR 0054).
+pub async fn claim(node: &Node) -> Result<()> {
+    let _writing = node.heartbeat_lock.lock().await;
+    let key = node.keys.node(&node.node_id);
+    let ttl = node.config.lease_ttl;
+    let unchanged_for = ttl + wasmkeep_cluster::lease::LeaseObserver::default_margin(ttl);
+    let claimed = node
+        .lease
+        .claim(
+            &*node.bucket,
+            &key,
+            heartbeat(node),
+            node.config.holder.as_deref(),
+            unchanged_for,
+            node.config.heartbeat_period,
+        )
+        .await;
+    match claimed {
+        Ok(()) => {
+            node.metrics.lease_renewals.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        Err(e) => {
+            node.metrics.lease_failures.fetch_add(1, Ordering::Relaxed);
+            Err(e.into())
+        }
+    }
+}
+
 pub async fn renew(node: &Node) -> Result<()> {
     let _writing = node.heartbeat_lock.lock().await;
     if *node.resigned_tx.borrow() {

@@ -119,6 +119,12 @@ pub struct NodeConfig {
     /// and the node's log has the rest: a panic's text may hold data that
     /// is not the client's.
     pub guest_error_detail: bool,
+    /// The token of this process's data dir, given only while the process
+    /// holds the dir's lock (`holder::DataDirLock`): a heartbeat of this
+    /// node id that carries it was written by an earlier process of the dir,
+    /// now dead, and is taken over at once. `None`: any heartbeat found at
+    /// start is watched for a lease TTL first (ADR 0054).
+    pub holder: Option<String>,
     pub limits: Limits,
 }
 
@@ -146,6 +152,7 @@ impl NodeConfig {
             tenant_tokens: false,
             drain_timeout: Duration::from_secs(30),
             guest_error_detail: false,
+            holder: None,
             limits: Limits::default(),
         }
     }

@@ -43,6 +43,7 @@ pub mod drain;
 pub mod error;
 pub mod guest;
 pub mod heap;
+pub mod holder;
 pub mod host;
 pub mod http;
 mod leftovers;

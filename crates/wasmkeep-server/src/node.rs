@@ -360,7 +360,7 @@ impl Node {
                 "no --cluster-key-file: this node runs alone (it keeps its lease and ownership records, but forwards nothing)"
             );
         }
-        cluster::renew(&node).await?;
+        cluster::claim(&node).await?;
         node.load_classes_at_start().await?;
         *node.state.lock() = NodeState::Serving;
         cluster::renew(&node).await?;

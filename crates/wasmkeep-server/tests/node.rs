@@ -1175,3 +1175,70 @@ fn a_full_disk_answers_503_loses_nothing_acknowledged_and_recovers() {
     assert_eq!(count(&server, "alice"), alice, "alice after a kill -9");
     drop(server);
 }
+
+/// A second process given a node id that a live process uses is refused,
+/// from another data dir (another machine) and from the same one; the
+/// first keeps serving. A process killed with SIGKILL leaves its heartbeat:
+/// a restart on its data dir takes the node id back without watching it,
+/// one from elsewhere watches it for a lease TTL first (ADR 0054).
+#[test]
+fn a_node_id_in_use_is_refused_and_a_dead_processes_is_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = folder_bucket(dir.path());
+    let out = std::process::Command::new(common::BIN)
+        .args(["deploy", "counter", guest("counter").to_str().unwrap()])
+        .args(["--bucket", &bucket])
+        .args(["--data-dir", common::data_dir().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let own = dir.path().join("data-own");
+    let elsewhere = dir.path().join("data-elsewhere");
+    let args = [
+        "serve",
+        "--bucket",
+        &bucket,
+        "--node-id",
+        "n1",
+        "--lease-ttl",
+        "2s",
+        "--heartbeat",
+        "200ms",
+    ];
+    let first = Server::start_with_data_dir(dir.path(), &args, &own);
+    assert_eq!(first.req("POST", "/demo/counter/x/increment").text(), "1");
+    for data in [&elsewhere, &own] {
+        let listen = format!("127.0.0.1:{}", common::free_port());
+        let out = std::process::Command::new(common::BIN)
+            .args(args)
+            .args(["--listen", &listen, "--data-dir", data.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a second n1 started:\n{stderr}");
+        assert!(stderr.contains("node id n1 is in use"), "{stderr}");
+    }
+    assert_eq!(first.req("POST", "/demo/counter/x/increment").text(), "2");
+
+    first.kill();
+    let again = Server::start_with_data_dir(dir.path(), &args, &own);
+    assert_eq!(again.req("POST", "/demo/counter/x/increment").text(), "3");
+    assert!(
+        !again.logs().contains("waiting to see whether"),
+        "{}",
+        again.logs()
+    );
+    again.kill();
+    let moved = Server::start_with_data_dir(dir.path(), &args, &elsewhere);
+    assert_eq!(moved.req("POST", "/demo/counter/x/increment").text(), "4");
+    assert!(
+        moved.logs().contains("waiting to see whether"),
+        "{}",
+        moved.logs()
+    );
+    assert!(moved.stop(), "a clean stop");
+}

@@ -34,6 +34,8 @@ use crate::{AppName, ClassName, Error, NodeId};
 pub const MAGIC: &str = "wasmkeep-heartbeat 1";
 /// Longest heartbeat body a reader accepts, in bytes.
 pub const HEARTBEAT_BYTES_MAX: usize = 64 * 1024;
+/// Longest holder token (line 14), in hex digits.
+pub const HOLDER_BYTES_MAX: usize = 64;
 /// The capability word of ADR 0017: the node runs take calls.
 pub const CAPABILITY_TAKE: &str = "take";
 
@@ -85,6 +87,10 @@ pub struct Heartbeat {
     pub sockets_closing: u64,
     /// Line 13: ownership records whose release failed, not yet given back.
     pub releases_failed: u64,
+    /// Line 14: the token of the data dir of the process that wrote it
+    /// (lower-case hex, empty when the process had none). A process that
+    /// holds that data dir's lock knows the writer is dead (ADR 0054).
+    pub holder: String,
 }
 
 impl Heartbeat {
@@ -106,7 +112,7 @@ impl Heartbeat {
         // Writing to a String cannot fail.
         let _ = write!(
             out,
-            "{MAGIC}\n{}\n{}\n{}\n{}\n{}\n{classes}\n{}\n{}\n{}\n{}\n{}\n{} {}\n",
+            "{MAGIC}\n{}\n{}\n{}\n{}\n{}\n{classes}\n{}\n{}\n{}\n{}\n{}\n{} {}\n{}\n",
             self.node,
             self.advertise,
             self.app,
@@ -128,12 +134,13 @@ impl Heartbeat {
             self.generation,
             self.sockets_closing,
             self.releases_failed,
+            self.holder,
         );
         out
     }
 
-    /// Parses a heartbeat. Lines 1-8 are required; 9-13 default to the
-    /// oldest behaviour when missing; lines past 13 are ignored.
+    /// Parses a heartbeat. Lines 1-8 are required; 9-14 default to the
+    /// oldest behaviour when missing; lines past 14 are ignored.
     pub fn parse(text: &str) -> Result<Self, Error> {
         let bad = |reason: &'static str| Error::InvalidRecord {
             what: "heartbeat",
@@ -207,6 +214,16 @@ impl Heartbeat {
                 .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
                 .ok_or_else(|| bad("line 13: want two numbers"))?,
         };
+        let holder = lines.get(13).copied().unwrap_or_default();
+        if holder.len() > HOLDER_BYTES_MAX
+            || !holder
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(bad(
+                "line 14: holder token is not lower-case hex of at most 64 digits",
+            ));
+        }
         Ok(Self {
             node,
             advertise,
@@ -221,6 +238,7 @@ impl Heartbeat {
             generation,
             sockets_closing,
             releases_failed,
+            holder: holder.to_owned(),
         })
     }
 }
@@ -249,6 +267,7 @@ mod tests {
             generation: 7,
             sockets_closing: 2,
             releases_failed: 1,
+            holder: "0123456789abcdef".into(),
         }
     }
 
@@ -256,7 +275,7 @@ mod tests {
     fn heartbeat_round_trips() {
         let hb = sample();
         assert_eq!(Heartbeat::parse(&hb.to_text()).unwrap(), hb);
-        assert_eq!(hb.to_text().lines().count(), 13);
+        assert_eq!(hb.to_text().lines().count(), 14);
     }
 
     #[test]
@@ -270,6 +289,19 @@ mod tests {
         let hb = Heartbeat::parse(&text).unwrap();
         assert_eq!((hb.sockets_closing, hb.releases_failed), (0, 0));
         assert_eq!(hb.generation, 7);
+    }
+
+    #[test]
+    fn heartbeat_without_line_14_has_no_holder() {
+        let text: String = sample()
+            .to_text()
+            .lines()
+            .take(13)
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let hb = Heartbeat::parse(&text).unwrap();
+        assert_eq!(hb.holder, "");
+        assert_eq!(hb.releases_failed, 1);
     }
 
     #[test]
@@ -329,6 +361,9 @@ mod tests {
             replace(12, "1"),
             replace(12, "1 x"),
             replace(12, "-1 0"),
+            replace(13, "ABC"),
+            replace(13, "token with spaces"),
+            replace(13, &"a".repeat(65)),
             good.lines().take(5).collect::<Vec<_>>().join("\n"),
         ] {
             assert!(Heartbeat::parse(&bad).is_err(), "accepted {bad:?}");

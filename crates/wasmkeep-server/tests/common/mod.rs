@@ -62,6 +62,21 @@ impl Server {
         port: u16,
         env: &[(String, String)],
     ) -> Server {
+        Self::start_full(dir, args, port, env, &data_dir())
+    }
+
+    /// [`start`](Self::start) with its own `--data-dir` (compiles anew).
+    pub fn start_with_data_dir(dir: &Path, args: &[&str], data: &Path) -> Server {
+        Self::start_full(dir, args, free_port(), &[], data)
+    }
+
+    fn start_full(
+        dir: &Path,
+        args: &[&str],
+        port: u16,
+        env: &[(String, String)],
+        data: &Path,
+    ) -> Server {
         let addr = format!("127.0.0.1:{port}");
         let log = dir.join(format!("node-{port}-{}.log", rand_suffix()));
         let stderr = std::fs::File::create(&log).unwrap();
@@ -71,7 +86,7 @@ impl Server {
             "--listen".into(),
             addr.clone(),
             "--data-dir".into(),
-            data_dir().display().to_string(),
+            data.display().to_string(),
         ]);
         let child = Command::new(BIN)
             .args(&all)
