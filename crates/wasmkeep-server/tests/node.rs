@@ -1242,3 +1242,26 @@ fn a_node_id_in_use_is_refused_and_a_dead_processes_is_taken_over() {
     );
     assert!(moved.stop(), "a clean stop");
 }
+
+/// A call still waiting when its caller's event is nearly out of time
+/// fails in the caller, which then answers; without it the caller would be
+/// stopped at its limit, still waiting (the callee here spins until its own
+/// limit, which comes later than the caller's).
+#[test]
+fn a_call_that_outlasts_its_callers_time_fails_in_time_for_the_caller_to_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let guests: Vec<String> = [("ks", "kitchen-sink"), ("spin", "spin")]
+        .iter()
+        .map(|(class, g)| format!("{class}={}", guest(g).display()))
+        .collect();
+    let mut args: Vec<&str> = guests.iter().map(String::as_str).collect();
+    args.extend(["--event-time-max", "2s"]);
+    let server = dev(dir.path(), &args);
+    let answered = server.req("POST", "/demo/ks/a/call?class=spin&name=b&path=/spin");
+    assert_eq!(answered.status, 502, "{}", answered.text());
+    assert!(
+        answered.text().contains("call to spin/b timed out"),
+        "{}",
+        answered.text()
+    );
+}
