@@ -109,7 +109,10 @@ async fn unbounded_allocation_is_stopped_at_the_memory_limit() {
 async fn an_actor_call_that_never_returns_fails_before_the_time_limit() {
     let mut caller = instance("kitchen-sink", "caller").await;
     recorder(&mut caller).call_hangs = true;
-    let response = caller.handle(get("/call")).await.expect("the caller answers");
+    let response = caller
+        .handle(get("/call"))
+        .await
+        .expect("the caller answers");
     assert_eq!(response.status, 502);
     let text = String::from_utf8(response.body).expect("utf-8");
     assert!(

@@ -126,6 +126,23 @@ pub enum ActorCommand {
         #[command(flatten)]
         view: ViewArgs,
     },
+    /// Deletes one actor: its database, its alarm and its ownership record
+    /// (writes `control/delete/<tenant>/<class>/<name hex>`; the node that
+    /// holds it, or any node when none does, deletes it at its next
+    /// heartbeat; ADR 0055). Its open WebSockets are closed (1000); its next
+    /// event starts an empty actor.
+    Delete {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        /// Wait until the actor is deleted; exit non-zero if it is not
+        /// within --timeout (the request stays and is carried out later).
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, default_value = "60s")]
+        timeout: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
 }
 
 /// Flags of the read-only views.
@@ -705,6 +722,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             wait,
             view,
         }) => actor_move(&actor, &to, wait, view).await,
+        Command::Actor(ActorCommand::Delete {
+            actor,
+            wait,
+            timeout,
+            view,
+        }) => actor_delete(&actor, wait, &timeout, view).await,
         Command::Secret(command) => crate::admin::secret(command).await,
         Command::Tenant(command) => crate::admin::tenant(command).await,
     }
@@ -900,6 +923,68 @@ fn move_key_body() -> bytes::Bytes {
         .map(|d| d.as_millis())
         .unwrap_or(0);
     bytes::Bytes::from(format!("wasmkeep-move 1\n{now_ms}\n"))
+}
+
+async fn actor_delete(
+    actor: &str,
+    wait: bool,
+    timeout: &str,
+    view: ViewArgs,
+) -> anyhow::Result<()> {
+    let actor = wasmkeep_types::ActorId::parse(actor)
+        .with_context(|| format!("{actor:?} is not an actor id TENANT/CLASS/NAME"))?;
+    let timeout = parse_duration(timeout).context("--timeout")?;
+    let (bucket, keys, lease_ttl) = open_view(&view).await?;
+    if wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor)
+        .await?
+        .is_none()
+    {
+        bail!(
+            "actor {actor} does not exist in app {} (no data, ownership record or alarm)",
+            view.app
+        );
+    }
+    let nodes = wasmkeep_cluster::inspect::list_nodes(&*bucket, &keys, lease_ttl).await?;
+    if nodes.iter().all(|r| r.stale) {
+        eprintln!(
+            "wasmkeep: no node of app {} is running: the actor is deleted once one runs",
+            view.app
+        );
+    }
+    let key = keys.delete_key(&actor);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    bucket
+        .put(
+            &key,
+            bytes::Bytes::from(format!("wasmkeep-delete 1\n{now_ms}\n")),
+        )
+        .await
+        .context("writing the delete key")?;
+    eprintln!("wasmkeep: delete of {actor} requested");
+    if !wait {
+        return Ok(());
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match bucket.head(&key).await {
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => {
+                eprintln!("wasmkeep: done: {actor} deleted");
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(e) => return Err(e).context("reading the delete key"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "delete of {actor}: not done within {timeout:?}; the request stays, and a node \
+                 deletes the actor at its next pass (`wasmkeep node list` shows the nodes)"
+            );
+        }
+        tokio::time::sleep(DRAIN_WAIT_POLL).await;
+    }
 }
 
 async fn actor_move(actor: &str, to: &str, wait: bool, view: ViewArgs) -> anyhow::Result<()> {

@@ -673,6 +673,12 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
         {
             tracing::warn!("the pass over the move keys timed out");
         }
+        if tokio::time::timeout(bucket_time_max, crate::deletes::check(&node))
+            .await
+            .is_err()
+        {
+            tracing::warn!("the pass over the delete keys timed out");
+        }
     }
 }
 

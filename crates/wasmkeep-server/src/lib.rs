@@ -38,6 +38,7 @@ pub mod cluster;
 pub mod config;
 mod conn;
 pub mod counting;
+mod deletes;
 pub mod descriptors;
 pub mod drain;
 pub mod error;

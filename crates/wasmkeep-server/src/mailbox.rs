@@ -23,6 +23,8 @@ use crate::{Error, Result};
 
 /// Close code sent to WebSocket clients when the node shuts down.
 pub const CLOSE_SERVICE_RESTART: u16 = 1012;
+/// WebSocket close code: a normal closure (the actor was deleted).
+pub const CLOSE_NORMAL: u16 = 1000;
 /// Close code when the actor's store failed and the actor was dropped.
 pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
 
@@ -61,6 +63,10 @@ pub(crate) enum Job {
         token: u64,
         reply: crate::moves::MoveReply,
     },
+    /// Delete the actor (ADR 0055): hand it over now, after the events
+    /// queued before this job, deleting its data before its ownership
+    /// record is released.
+    Delete,
 }
 
 /// A finished event waiting for its output gate.
@@ -115,6 +121,9 @@ enum Leave {
     /// which sends the take call; the alarm stays registered here until the
     /// take succeeded.
     Move,
+    /// `wasmkeep actor delete`: hand over and delete the actor's data
+    /// while the ownership record still names this node.
+    Delete,
 }
 
 pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Box<Job>>) {
@@ -437,7 +446,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 Box::pin(run_alarm(node, stub, active, fire, alarm_before)).await;
                 return;
             }
-            Job::Hibernate | Job::Drain => {
+            Job::Hibernate | Job::Drain | Job::Delete => {
                 host(instance).store.rollback_event();
                 return;
             }
@@ -702,7 +711,7 @@ async fn hand_over(
     if healthy {
         // Events queued before the close still run here.
         while let Ok(job) = rx.try_recv() {
-            if !matches!(*job, Job::Hibernate | Job::Drain) {
+            if !matches!(*job, Job::Hibernate | Job::Drain | Job::Delete) {
                 run_job(node, stub, &mut active, *job).await;
             }
         }
@@ -713,15 +722,12 @@ async fn hand_over(
         }
     }
     // Sockets: clients are told to reconnect; the guest sees each close.
-    let code = if healthy || fenced {
-        CLOSE_SERVICE_RESTART
+    let (code, reason) = if leave == Leave::Delete {
+        (CLOSE_NORMAL, "actor deleted")
+    } else if healthy || fenced {
+        (CLOSE_SERVICE_RESTART, "server restarting")
     } else {
-        CLOSE_INTERNAL_ERROR
-    };
-    let reason = if healthy || fenced {
-        "server restarting"
-    } else {
-        "actor restarting"
+        (CLOSE_INTERNAL_ERROR, "actor restarting")
     };
     let sockets: Vec<_> = stub.sockets.lock().take_for_close().into_iter().collect();
     for (id, entry) in sockets {
@@ -752,12 +758,35 @@ async fn hand_over(
     } = active;
     drop(release_tx);
     let _ = releaser.await;
-    if healthy && let Some(Err(e)) = unless_lapsed(node, host(&mut instance).store.flush()).await {
+    let deleting = leave == Leave::Delete;
+    if deleting {
+        // Nothing of the store may write after its data is deleted.
+        unless_lapsed(node, host(&mut instance).store.close_in_place()).await;
+    } else if healthy
+        && let Some(Err(e)) = unless_lapsed(node, host(&mut instance).store.flush()).await
+    {
         tracing::warn!(actor = %stub.id, error = %e, "flush at hand-over failed");
     }
     // The committed alarm, read before the database closes.
     let alarm = host(&mut instance).store.alarm();
     drop(instance);
+    // Deleted while the record still names this node: nobody else can
+    // open the actor meanwhile (ADR 0055).
+    let deleted = deleting
+        && !stub.is_fenced()
+        && match unless_lapsed(node, crate::deletes::delete_data(node, &stub.id)).await {
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                tracing::warn!(actor = %stub.id, error = %e, "deleting the actor's data failed; the next pass over the delete keys tries again");
+                false
+            }
+            None => false,
+        };
+    if deleted {
+        // Before the release: a pass that lists the key from now on finds
+        // the actor still held here, and leaves it be.
+        crate::deletes::done(node, &stub.id).await;
+    }
     if healthy {
         // The lease is kept while a socket is closing: its client learns
         // the code before the actor leaves.
@@ -801,6 +830,7 @@ async fn hand_over(
     if leave == Leave::Idle {
         node.metrics.hibernations.fetch_add(1, Ordering::Relaxed);
     }
+
     if leave == Leave::Drain
         && let Some(scheduled_ms) = alarm
     {
@@ -906,6 +936,7 @@ async fn serve_until_leave(
                 }
             }
             Some(Job::Drain) => return Leave::Drain,
+            Some(Job::Delete) => return Leave::Delete,
             Some(Job::Move { token, reply }) => {
                 if !node.moves.is_current(&stub.id, token) {
                     let _ = reply.send(crate::moves::MoveOutcome::Abandoned);

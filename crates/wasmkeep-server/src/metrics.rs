@@ -68,6 +68,7 @@ pub struct Metrics {
     pub activations: AtomicU64,
     pub activation_failures: AtomicU64,
     pub mailbox_panics: AtomicU64,
+    pub actors_deleted: AtomicU64,
     pub hibernations: AtomicU64,
     pub instance_unloads: AtomicU64,
     pub events: AtomicU64,
@@ -144,7 +145,7 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 26] = [
+        let counters: [(&str, &str, u64); 27] = [
             (
                 "wasmkeep_forwarded_requests_total",
                 "Requests and calls forwarded to the node that holds the actor.",
@@ -214,6 +215,11 @@ impl Metrics {
                 "wasmkeep_mailbox_panics_total",
                 "Actor mailboxes that panicked (a wasmkeep bug; the actor was activated afresh at its next event).",
                 load(&self.mailbox_panics),
+            ),
+            (
+                "wasmkeep_actors_deleted_total",
+                "Actors whose data this node deleted (wasmkeep actor delete).",
+                load(&self.actors_deleted),
             ),
             (
                 "wasmkeep_hibernations_total",

@@ -836,6 +836,33 @@ impl Node {
         self.actors_changed.notify_waiters();
     }
 
+    /// Holds `actor`'s place in the map while it has no stub here, as a
+    /// release does: its events wait until [`Node::end_reservation`]
+    /// (deleting an actor that is not resident, ADR 0055). `None` when the
+    /// actor has a stub.
+    pub(crate) fn reserve(&self, actor: &ActorId) -> Option<Released> {
+        let mut actors = self.actors.lock();
+        if actors.contains_key(actor) {
+            return None;
+        }
+        let released = Arc::new(Signal::new(false));
+        actors.insert(actor.clone(), Entry::Releasing(Arc::clone(&released)));
+        Some(Released(released))
+    }
+
+    pub(crate) fn end_reservation(&self, actor: &ActorId, reserved: Released) {
+        let mut actors = self.actors.lock();
+        if let Some(Entry::Releasing(signal)) = actors.get(actor)
+            && Arc::ptr_eq(signal, &reserved.0)
+        {
+            actors.remove(actor);
+        }
+        drop(actors);
+        // Dropping it wakes whoever waits.
+        drop(reserved);
+        self.actors_changed.notify_waiters();
+    }
+
     /// Whether the stub is still this node's live stub for its actor.
     pub(crate) fn is_live(&self, stub: &Arc<Stub>) -> bool {
         matches!(self.actors.lock().get(&stub.id), Some(Entry::Live(s)) if Arc::ptr_eq(s, stub))

@@ -1265,3 +1265,127 @@ fn a_call_that_outlasts_its_callers_time_fails_in_time_for_the_caller_to_answer(
         answered.text()
     );
 }
+
+/// `wasmkeep actor delete` removes an actor's database, alarm and ownership
+/// record, resident (its holder deletes it) or not (a node acquires it to
+/// delete it); its next event starts an empty actor and other actors are
+/// untouched. An id with no actor, or no id, is refused (ADR 0055).
+#[test]
+fn actor_delete_removes_one_actor_resident_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = folder_bucket(dir.path());
+    let counter = format!("counter={}", guest("counter").display());
+    let args = [counter.as_str(), "--heartbeat", "200ms"];
+    let cli = |args: &[&str]| {
+        std::process::Command::new(common::BIN)
+            .args(args)
+            .args(["--bucket", &bucket])
+            .output()
+            .unwrap()
+    };
+    let stderr = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).into_owned();
+
+    let server = dev(dir.path(), &args);
+    for _ in 0..3 {
+        server.req("POST", "/demo/counter/alice/increment");
+    }
+    assert_eq!(
+        server
+            .req("POST", "/demo/counter/alice/alarm?in_ms=600000")
+            .status,
+        200
+    );
+    assert_eq!(
+        server.req("POST", "/demo/counter/bob/increment").text(),
+        "1"
+    );
+
+    let deleted = cli(&["actor", "delete", "demo/counter/alice", "--wait"]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    assert!(stderr(&deleted).contains("deleted"), "{}", stderr(&deleted));
+    let inspected = cli(&["actor", "inspect", "demo/counter/alice"]);
+    assert!(
+        !inspected.status.success() && stderr(&inspected).contains("nothing in the bucket"),
+        "alice has data, a record or an alarm left: {}",
+        String::from_utf8_lossy(&inspected.stdout)
+    );
+    assert_eq!(server.metric("wasmkeep_actors_deleted_total"), 1.0);
+    assert_eq!(server.req("GET", "/demo/counter/alice/value").text(), "0");
+    assert_eq!(
+        server.req("POST", "/demo/counter/alice/increment").text(),
+        "1"
+    );
+    assert_eq!(server.req("GET", "/demo/counter/alice/alarms").text(), "0");
+    assert_eq!(server.req("GET", "/demo/counter/bob/value").text(), "1");
+
+    // After a restart nothing is resident: the node acquires bob to delete it.
+    assert!(server.stop(), "a clean stop");
+    let server = dev(dir.path(), &args);
+    let deleted = cli(&["actor", "delete", "demo/counter/bob", "--wait"]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    assert_eq!(server.metric("wasmkeep_actors_deleted_total"), 1.0);
+    assert_eq!(server.req("GET", "/demo/counter/bob/value").text(), "0");
+    assert_eq!(server.req("GET", "/demo/counter/alice/value").text(), "1");
+
+    let missing = cli(&["actor", "delete", "demo/counter/nobody"]);
+    assert!(!missing.status.success());
+    assert!(
+        stderr(&missing).contains("does not exist"),
+        "{}",
+        stderr(&missing)
+    );
+    let malformed = cli(&["actor", "delete", "Demo/counter"]);
+    assert!(!malformed.status.success());
+    assert!(
+        stderr(&malformed).contains("not an actor id"),
+        "{}",
+        stderr(&malformed)
+    );
+}
+
+/// Deleting an actor closes its WebSockets with 1000 ("actor deleted").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_delete_closes_the_actors_websockets_normally() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let counter = format!("counter={}", guest("counter").display());
+    let d = dir.path().to_owned();
+    let server = tokio::task::spawn_blocking(move || {
+        let bucket = folder_bucket(&d);
+        Server::start(
+            &d,
+            &["dev", "--bucket", &bucket, &counter, "--heartbeat", "200ms"],
+        )
+    })
+    .await
+    .unwrap();
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/demo/counter/w/ws", server.addr))
+            .await
+            .unwrap();
+    ws.send(Message::text("inc")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("1"));
+    let bucket = folder_bucket(dir.path());
+    let deleting = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(common::BIN)
+            .args([
+                "actor",
+                "delete",
+                "demo/counter/w",
+                "--wait",
+                "--bucket",
+                &bucket,
+            ])
+            .output()
+            .unwrap()
+    });
+    assert_eq!(close_code(&mut ws).await, Some(1000));
+    let out = deleting.await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -439,6 +439,19 @@ impl ActorStore {
         }
     }
 
+    /// [`close`](Self::close) for a store its owner cannot give up (it
+    /// lives in a guest's host): afterwards no event runs on it, and
+    /// nothing of it writes to the bucket again, so its objects can be
+    /// deleted (`wasmkeep actor delete`, ADR 0055).
+    pub async fn close_in_place(&mut self) {
+        self.local_failure = Some("the store was closed".to_owned());
+        self.shared.state.lock().closed = true;
+        self.shared.wake.notify_one();
+        if let Some(background) = self.background.take() {
+            let _ = background.await;
+        }
+    }
+
     /// True when the actor has any data in the bucket.
     pub async fn exists(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> Result<bool> {
         let page = bucket.list_page(&keys.actor_prefix(actor), None).await?;

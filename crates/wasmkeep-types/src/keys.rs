@@ -88,6 +88,22 @@ impl Keys {
         Ok((actor, target))
     }
 
+    /// `control/delete/<tenant>/<class>/<name hex>`: `wasmkeep actor
+    /// delete` asks for the actor's data to be deleted (ADR 0055).
+    pub fn delete_key(&self, actor: &ActorId) -> String {
+        format!("{}control/delete/{}", self.root, Self::actor_path(actor))
+    }
+
+    pub fn deletes_prefix(&self) -> String {
+        format!("{}control/delete/", self.root)
+    }
+
+    /// Parses a key listed under [`Keys::deletes_prefix`].
+    pub fn parse_delete_key(&self, key: &str) -> Result<ActorId, Error> {
+        let rest = self.strip(key, &self.deletes_prefix())?;
+        parse_actor_path(key, rest)
+    }
+
     pub fn drain(&self, node: &NodeId) -> String {
         format!("{}control/drain/{node}", self.root)
     }
@@ -308,6 +324,16 @@ mod tests {
             "apps/shop/control/move/acme/counter/612f62/n1"
         );
         assert_eq!(k.drain(&node), "apps/shop/control/drain/n1");
+        assert_eq!(
+            k.delete_key(&a),
+            "apps/shop/control/delete/acme/counter/612f62"
+        );
+        assert_eq!(k.parse_delete_key(&k.delete_key(&a)).unwrap(), a);
+        assert!(
+            k.parse_delete_key("apps/shop/control/delete/acme/counter")
+                .is_err()
+        );
+        assert!(k.parse_delete_key(&k.move_key(&a, &node)).is_err());
         assert_eq!(k.node(&node), "apps/shop/nodes/n1");
         assert_eq!(k.owner(&a), "apps/shop/owners/acme/counter/612f62");
         assert_eq!(k.alarm(&a), "apps/shop/alarms/acme/counter/612f62");

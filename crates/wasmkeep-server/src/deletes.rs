@@ -1,0 +1,126 @@
+//! Deleting one actor (ADR 0055). `wasmkeep actor delete` writes
+//! `control/delete/<tenant>/<class>/<name hex>`; once per heartbeat period
+//! every node looks at those keys. The node that holds the actor hands it
+//! over as for a hibernation ([`Job::Delete`]), and deletes its data while
+//! the ownership record still names it; a node finds an actor nobody holds
+//! and acquires its record itself, with the actor's place in its map held,
+//! so no event opens it meanwhile. Either way the key goes once the data
+//! is gone, and the actor's next event starts an empty one.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use wasmkeep_cluster::{AcquireOutcome, LeaseReturn};
+use wasmkeep_types::ActorId;
+
+use crate::Result;
+use crate::mailbox::Job;
+use crate::node::Node;
+
+/// The pass over the delete keys.
+pub(crate) async fn check(node: &Arc<Node>) {
+    if !node.lease.is_valid() || node.is_shutting_down() {
+        return;
+    }
+    let listed = match node.bucket.list_keys(&node.keys.deletes_prefix()).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing the delete keys failed");
+            return;
+        }
+    };
+    for item in listed {
+        let actor = match node.keys.parse_delete_key(&item.key) {
+            Ok(actor) => actor,
+            Err(e) => {
+                tracing::warn!(key = %item.key, error = %e, "a delete key that names no actor is removed");
+                if let Err(e) = node.bucket.delete(&item.key).await {
+                    tracing::warn!(key = %item.key, error = %e, "removing the delete key failed");
+                }
+                continue;
+            }
+        };
+        if let Some(stub) = node.live_stub(&actor) {
+            // Queued behind its events; a full mailbox is tried next pass.
+            let _ = stub.tx.try_send(Box::new(Job::Delete));
+            continue;
+        }
+        // Being released here, or a draining node (it takes no actor):
+        // the next pass, or a peer, acts.
+        if node.has_stub(&actor) || node.drain.is_active() {
+            continue;
+        }
+        if let Err(e) = delete_unheld(node, &actor).await {
+            tracing::warn!(%actor, error = %e, "deleting the actor failed; the next pass tries again");
+        }
+    }
+}
+
+/// Deletes an actor that is not resident here, if no other node holds it.
+async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
+    let Some(reserved) = node.reserve(actor) else {
+        return Ok(());
+    };
+    let outcome = async {
+        let AcquireOutcome::Acquired { etag } = node.ownership.acquire(actor).await? else {
+            // Its holder acts at its own pass.
+            return Ok(());
+        };
+        let deleted = delete_data(node, actor).await;
+        if deleted.is_ok() {
+            done(node, actor).await;
+        }
+        if node.ownership.release(actor, &etag).await == LeaseReturn::Failed
+            && node.lease.is_valid()
+        {
+            node.leftovers.add(node, actor);
+        }
+        deleted
+    }
+    .await;
+    node.end_reservation(actor, reserved);
+    outcome
+}
+
+/// Deletes every object of the actor's database, newest first, so that
+/// one cut short leaves an older state that restores whole (records after
+/// the newest snapshot, then the snapshots), then its alarm. The caller
+/// holds the actor's ownership record, and nothing of its store writes
+/// any more.
+pub(crate) async fn delete_data(node: &Node, actor: &ActorId) -> Result<()> {
+    let listed = node
+        .bucket
+        .list_keys(&node.keys.actor_prefix(actor))
+        .await?;
+    let log_prefix = node.keys.actor_log_prefix(actor);
+    let snapshot_prefix = node.keys.actor_snapshot_prefix(actor);
+    let mut keys: Vec<String> = listed.into_iter().map(|l| l.key).collect();
+    // Sequence numbers are zero-padded: the key order is their order.
+    let rank = |key: &str| {
+        if key.starts_with(&log_prefix) {
+            0
+        } else if key.starts_with(&snapshot_prefix) {
+            1
+        } else {
+            2
+        }
+    };
+    keys.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| b.cmp(a)));
+    // One at a time, each durable before the next: a crash between two
+    // leaves a state a restore takes, never a gap in the log.
+    for key in &keys {
+        node.bucket.delete(key).await?;
+    }
+    node.bucket.delete(&node.keys.alarm(actor)).await?;
+    node.timer.clear(actor);
+    Ok(())
+}
+
+/// The actor's data is gone: counts it and removes its delete key.
+pub(crate) async fn done(node: &Node, actor: &ActorId) {
+    node.metrics.actors_deleted.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(%actor, "actor deleted");
+    if let Err(e) = node.bucket.delete(&node.keys.delete_key(actor)).await {
+        tracing::warn!(%actor, error = %e, "removing the delete key failed; the next pass deletes the actor again");
+    }
+}
