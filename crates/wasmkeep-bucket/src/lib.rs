@@ -43,7 +43,7 @@ pub use folder::{
 };
 pub use journal::{CHECKPOINT_INTERVAL, JOURNAL_BODY_MAX, JOURNAL_BYTES_MAX};
 pub use memory::{FAULT_QUEUE_LEN_MAX, Fault, Faults, MemoryBucket};
-pub use open::open;
+pub use open::{open, open_existing};
 pub use s3::{
     ANSWER_TIME_MAX, REQUEST_TIME_MAX, RETRIES_MAX, RETRY_TIMEOUT, S3Bucket, answer_time_max,
 };

@@ -11,6 +11,24 @@ use std::sync::Arc;
 
 use crate::{Bucket, Error, FolderBucket, MemoryBucket, Result, S3Bucket};
 
+/// [`open`] for a bucket that must exist already: a `file://` folder that
+/// is missing is an error, not created (a mistyped path given to a command
+/// that only reads would otherwise leave an empty bucket behind and report
+/// that it holds nothing).
+pub async fn open_existing(url: &str) -> Result<Arc<dyn Bucket>> {
+    if let Ok(parsed) = url::Url::parse(url)
+        && parsed.scheme() == "file"
+        && let Ok(path) = parsed.to_file_path()
+        && !path.is_dir()
+    {
+        return Err(Error::Config(format!(
+            "bucket URL {url:?}: the folder {} does not exist (`wasmkeep dev`, `serve` and `deploy` create a folder bucket)",
+            path.display()
+        )));
+    }
+    open(url).await
+}
+
 /// Opens the bucket named by `url` (see the module docs for the forms).
 pub async fn open(url: &str) -> Result<Arc<dyn Bucket>> {
     let bad = |why: &str| Error::Config(format!("bucket URL {url:?}: {why}"));
@@ -91,6 +109,21 @@ mod tests {
                 other => panic!("{url:?}: {other:?}"),
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_missing_folder_is_opened_only_when_it_may_be_created() -> Result<()> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let missing = dir.path().join("typo");
+        let url = format!("file://{}", missing.display());
+        match open_existing(&url).await {
+            Err(Error::Config(message)) => assert!(message.contains("does not exist"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!missing.exists(), "the refused open created the folder");
+        open(&url).await?;
+        open_existing(&url).await?;
+        Ok(())
     }
 
     #[tokio::test]

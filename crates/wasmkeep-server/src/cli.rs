@@ -737,7 +737,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 async fn open_view(view: &ViewArgs) -> anyhow::Result<(Arc<dyn Bucket>, Keys, Duration)> {
     let app = AppName::new(view.app.clone())?;
     let lease_ttl = parse_duration(&view.lease_ttl).context("--lease-ttl")?;
-    let bucket = open_bucket(&view.bucket).await?;
+    // The views and operator commands never create a bucket.
+    let bucket = wasmkeep_bucket::open_existing(&view.bucket).await?;
     Ok((bucket, Keys::new(&app), lease_ttl))
 }
 
@@ -992,6 +993,15 @@ async fn actor_move(actor: &str, to: &str, wait: bool, view: ViewArgs) -> anyhow
         .with_context(|| format!("{actor:?} is not an actor id TENANT/CLASS/NAME"))?;
     let target = NodeId::new(to.to_owned()).with_context(|| format!("--to {to:?}"))?;
     let (bucket, keys, lease_ttl) = open_view(&view).await?;
+    if wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor)
+        .await?
+        .is_none()
+    {
+        bail!(
+            "actor {actor} does not exist in app {} (no data, ownership record or alarm): nothing to move",
+            view.app
+        );
+    }
     let nodes = wasmkeep_cluster::inspect::list_nodes(&*bucket, &keys, lease_ttl).await?;
     match nodes.iter().find(|r| r.node == target.as_str()) {
         None => eprintln!(

@@ -1389,3 +1389,29 @@ async fn actor_delete_closes_the_actors_websockets_normally() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A command that only reads (or writes an operator's request) refuses a
+/// folder bucket that does not exist, and creates nothing: a mistyped path
+/// no longer looks like an empty cluster.
+#[test]
+fn views_refuse_a_missing_folder_bucket_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("typo");
+    let bucket = format!("file://{}", missing.display());
+    for args in [
+        &["node", "list"][..],
+        &["actor", "list"][..],
+        &["actor", "inspect", "demo/counter/a"][..],
+        &["actor", "delete", "demo/counter/a"][..],
+    ] {
+        let out = std::process::Command::new(common::BIN)
+            .args(args)
+            .args(["--bucket", &bucket])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains("does not exist"), "{args:?}: {stderr}");
+        assert!(!missing.exists(), "{args:?} created the folder");
+    }
+}
