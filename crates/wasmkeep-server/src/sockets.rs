@@ -213,6 +213,17 @@ async fn run_socket<S>(
                     let _ = ws.close(Some(CloseFrame { code: CloseCode::Size, reason: "message too large".into() })).await;
                     break (1009, e.to_string());
                 }
+                // RFC 6455 7.4.1: a text message that is not UTF-8 is
+                // failed with 1007, a protocol violation with 1002.
+                Some(Err(tungstenite::Error::Utf8(e))) => {
+                    let reason = "a text message was not UTF-8";
+                    let _ = ws.close(Some(CloseFrame { code: CloseCode::Invalid, reason: reason.into() })).await;
+                    break (1007, format!("{reason}: {e}"));
+                }
+                Some(Err(tungstenite::Error::Protocol(e))) => {
+                    let _ = ws.close(Some(CloseFrame { code: CloseCode::Protocol, reason: "protocol error".into() })).await;
+                    break (1002, e.to_string());
+                }
                 Some(Err(e)) => break (1006, e.to_string()),
                 None => break (1006, "connection closed".to_owned()),
             },

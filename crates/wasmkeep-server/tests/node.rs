@@ -1415,3 +1415,39 @@ fn views_refuse_a_missing_folder_bucket_and_create_nothing() {
         assert!(!missing.exists(), "{args:?} created the folder");
     }
 }
+
+/// A text message that is not UTF-8 fails the socket with 1007 (RFC 6455
+/// 8.1; it used to end without a close frame); the actor serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_message_that_is_not_utf8_closes_the_socket_with_1007() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+
+    let dir = tempfile::tempdir().unwrap();
+    let counter = format!("counter={}", guest("counter").display());
+    let d = dir.path().to_owned();
+    let server = tokio::task::spawn_blocking(move || {
+        let bucket = folder_bucket(&d);
+        Server::start(&d, &["dev", "--bucket", &bucket, &counter])
+    })
+    .await
+    .unwrap();
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/demo/counter/u/ws", server.addr))
+            .await
+            .unwrap();
+    ws.send(Message::text("inc")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("1"));
+    let invalid = Frame::message(vec![0x69, 0xff, 0xfe], OpCode::Data(Data::Text), true);
+    ws.send(Message::Frame(invalid)).await.unwrap();
+    assert_eq!(close_code(&mut ws).await, Some(1007));
+    let addr = server.addr.clone();
+    let value = tokio::task::spawn_blocking(move || {
+        request(&addr, "GET", "/demo/counter/u/value", &[], b"").text()
+    })
+    .await
+    .unwrap();
+    assert_eq!(value, "1");
+}
