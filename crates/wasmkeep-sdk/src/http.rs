@@ -315,12 +315,21 @@ fn split_query(mut path: String) -> (String, String) {
 /// Decodes `%XX` escapes and `+` (a space in query strings). Invalid escapes
 /// are kept as written; invalid UTF-8 becomes U+FFFD.
 pub fn percent_decode(text: &str) -> String {
+    decode(text, true)
+}
+
+/// [`percent_decode`] for a path segment, where `+` is itself.
+pub fn percent_decode_path(text: &str) -> String {
+    decode(text, false)
+}
+
+fn decode(text: &str, plus_is_space: bool) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'+' => out.push(b' '),
+            b'+' if plus_is_space => out.push(b' '),
             b'%' if i + 2 < bytes.len() => {
                 match (hex_digit(bytes[i + 1]), hex_digit(bytes[i + 2])) {
                     (Some(high), Some(low)) => {

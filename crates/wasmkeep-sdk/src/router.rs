@@ -2,7 +2,7 @@
 //! handlers, with `404` and `405` answers when nothing matches.
 
 use crate::error::Error;
-use crate::http::{IntoResponse, Request, Response, percent_decode};
+use crate::http::{IntoResponse, Request, Response, percent_decode_path};
 
 type Handler<C> = Box<dyn Fn(&C, &Request, &Params) -> Response>;
 
@@ -12,7 +12,9 @@ type Handler<C> = Box<dyn Fn(&C, &Request, &Params) -> Response>;
 /// `/value/` matches `/value`. `:name` captures one segment, `*name` (last
 /// only) captures the rest of the path. Routes are tried in the order added.
 /// A path that some route matches with another method gets `405` with an
-/// `allow` header; any other path gets `404`.
+/// `allow` header; any other path gets `404`. `HEAD` runs the `GET` route
+/// (unless a route takes `HEAD` itself). Captured segments are
+/// percent-decoded; a `+` in a path stays a `+`.
 pub struct Router<C> {
     routes: Vec<Route<C>>,
 }
@@ -142,18 +144,32 @@ impl<C> Router<C> {
             .filter(|s| !s.is_empty())
             .collect();
         let mut allowed: Vec<&str> = Vec::new();
+        // HEAD runs the first GET route unless a route takes HEAD itself
+        // (RFC 9110 9.3.2); the node sends its headers without the body.
+        let mut head_as_get: Option<(&Route<C>, Params)> = None;
+        let head = request.method() == "HEAD";
         for route in &self.routes {
             let Some(params) = match_segments(&route.segments, &path) else {
                 continue;
             };
             match &route.method {
                 Some(method) if method != request.method() => {
+                    if head && method == "GET" && head_as_get.is_none() {
+                        head_as_get = Some((route, params));
+                        continue;
+                    }
                     if !allowed.contains(&method.as_str()) {
                         allowed.push(method);
+                    }
+                    if method == "GET" && !allowed.contains(&"HEAD") {
+                        allowed.push("HEAD");
                     }
                 }
                 _ => return (route.handler)(ctx, request, &params),
             }
+        }
+        if let Some((route, params)) = head_as_get {
+            return (route.handler)(ctx, request, &params);
         }
         if allowed.is_empty() {
             Response::not_found()
@@ -196,11 +212,15 @@ fn match_segments(segments: &[Segment], path: &[&str]) -> Option<Params> {
             }
             Segment::Param(name) => {
                 let value = path.get(i)?;
-                params.values.push((name.clone(), percent_decode(value)));
+                params
+                    .values
+                    .push((name.clone(), percent_decode_path(value)));
             }
             Segment::Rest(name) => {
                 let rest = path.get(i..).unwrap_or_default().join("/");
-                params.values.push((name.clone(), percent_decode(&rest)));
+                params
+                    .values
+                    .push((name.clone(), percent_decode_path(&rest)));
                 return Some(params);
             }
         }
@@ -246,7 +266,28 @@ mod tests {
     fn wrong_method_is_405_with_allow() {
         let response = router().handle(&7, &Request::new("DELETE", "/items/1"));
         assert_eq!(response.status, 405);
-        assert_eq!(response.header("allow"), Some("GET, POST"));
+        assert_eq!(response.header("allow"), Some("GET, HEAD, POST"));
+    }
+
+    #[test]
+    fn head_runs_the_get_route_unless_a_route_takes_head() {
+        let response = router().handle(&7, &Request::new("HEAD", "/items/42"));
+        assert_eq!((response.status, body(&response)), (200, "7 item 42"));
+        let own = Router::new()
+            .get("/x", |_, _, _| "get")
+            .route("HEAD", "/x", |_, _, _| Response::status(204));
+        assert_eq!(own.handle(&(), &Request::new("HEAD", "/x")).status, 204);
+        // Only POST here: HEAD is not allowed.
+        let response = router().handle(&7, &Request::new("HEAD", "/nope"));
+        assert_eq!(response.status, 404);
+    }
+
+    #[test]
+    fn a_plus_in_a_path_is_a_plus_and_in_a_query_a_space() {
+        let response = router().handle(&0, &Request::new("GET", "/files/a+b%2Bc?q=x+y"));
+        assert_eq!(body(&response), "a+b+c");
+        let request = Request::new("GET", "/files/f?q=x+y%2Bz");
+        assert_eq!(request.query_param("q").as_deref(), Some("x y+z"));
     }
 
     #[test]
