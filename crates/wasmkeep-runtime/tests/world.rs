@@ -383,9 +383,9 @@ async fn alarm_export_returns_ok_or_asks_for_a_retry() {
     assert_eq!(
         logs,
         vec![
-            "alarm scheduled_ms=1700000000000 retry_count=0",
-            "alarm scheduled_ms=-1 retry_count=0",
-            "alarm scheduled_ms=-1 retry_count=1",
+            "alarm scheduled_ms=1700000000000 retry_count=0 get=none",
+            "alarm scheduled_ms=-1 retry_count=0 get=none",
+            "alarm scheduled_ms=-1 retry_count=1 get=none",
         ]
     );
 }

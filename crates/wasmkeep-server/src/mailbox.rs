@@ -604,6 +604,12 @@ async fn run_alarm(
         .alarm_lag
         .observe(std::time::Duration::from_millis(lag_ms));
     let started = Instant::now();
+    // The firing alarm is spent by this event: its handler reads no alarm
+    // but one it sets itself (a handler that re-arms "if none is set" then
+    // works), and a failed attempt rolls back to it for the retry.
+    if let Err(e) = host(instance).store.set_alarm(None) {
+        tracing::warn!(%actor, error = %e, "clearing the firing alarm before its handler failed");
+    }
     let outcome = match instance.alarm(fire.scheduled_ms, fire.retry_count).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(message)) => Err(message),

@@ -213,6 +213,13 @@ fn failing_alarm_is_retried_with_backoff() {
         s.req("GET", "/demo/ks/x/alarm/get").text() == "none"
     });
     assert!(server.metric("wasmkeep_alarms_fired_total") >= 2.0);
+    // The firing alarm is spent in its handler, in each attempt.
+    let logs = server.logs();
+    assert!(
+        logs.contains("alarm scheduled_ms=-1 retry_count=0 get=none")
+            && logs.contains("alarm scheduled_ms=-1 retry_count=1 get=none"),
+        "{logs}"
+    );
 }
 
 #[test]

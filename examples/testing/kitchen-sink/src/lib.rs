@@ -247,7 +247,10 @@ impl events::Guest for KitchenSink {
     fn alarm(scheduled_ms: i64, retry_count: u32) -> Result<(), String> {
         log::log(
             log::Level::Info,
-            &format!("alarm scheduled_ms={scheduled_ms} retry_count={retry_count}"),
+            &format!(
+                "alarm scheduled_ms={scheduled_ms} retry_count={retry_count} get={}",
+                alarm::get().map_or("none".to_string(), |at| at.to_string())
+            ),
         );
         // A schedule of -N (N from 1 to 9) asks for N failed deliveries
         // before one succeeds.
