@@ -286,9 +286,22 @@ impl IntoResponse for &'static str {
     }
 }
 
+/// What a client is told of an error of the actor's own (a 500): its text
+/// (a SQL message names tables, columns and sometimes values) goes to the
+/// actor's log instead.
+pub const INTERNAL_ERROR_TEXT: &str = "internal error in the actor (its log has the details)";
+
 impl IntoResponse for Error {
+    /// 400, 404 and 502 tell the client why; a 500 tells it only that the
+    /// actor failed, and logs the error at `error` level.
     fn into_response(self) -> Response {
-        Response::error(self.status(), &self)
+        let status = self.status();
+        if status != 500 {
+            return Response::error(status, &self);
+        }
+        #[cfg(target_arch = "wasm32")]
+        crate::log::error(&format!("answered 500: {self}"));
+        Response::error(status, INTERNAL_ERROR_TEXT)
     }
 }
 
@@ -418,5 +431,16 @@ mod tests {
         let response: Response = Err::<Response, _>(Error::BadRequest("no".into())).into_response();
         assert_eq!(response.status, 400);
         assert_eq!(response.header("Content-Type"), Some(TEXT_PLAIN));
+        assert!(response.text_body().expect("utf-8").contains("no"));
+    }
+
+    #[test]
+    fn an_actors_own_error_is_a_500_that_does_not_tell_the_client_why() {
+        let secret = "UNIQUE constraint failed: users.email (alice@example.com)";
+        let response: Response = Err::<Response, _>(Error::Sql(secret.into())).into_response();
+        assert_eq!(response.status, 500);
+        let body = response.text_body().expect("utf-8");
+        assert!(!body.contains("alice"), "{body}");
+        assert!(body.contains(INTERNAL_ERROR_TEXT), "{body}");
     }
 }
