@@ -477,7 +477,12 @@ pub async fn claim(node: &Node) -> Result<()> {
             node.config.heartbeat_period,
         )
         .await;
-    match claimed {
+    counted(node, claimed)
+}
+
+/// Counts a heartbeat write in the lease metrics.
+fn counted(node: &Node, written: std::result::Result<(), wasmkeep_cluster::Error>) -> Result<()> {
+    match written {
         Ok(()) => {
             node.metrics.lease_renewals.fetch_add(1, Ordering::Relaxed);
             Ok(())
@@ -516,16 +521,7 @@ pub async fn renew(node: &Node) -> Result<()> {
     if renewed.is_ok() {
         *node.unproven.lock() = None;
     }
-    match renewed {
-        Ok(()) => {
-            node.metrics.lease_renewals.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        }
-        Err(e) => {
-            node.metrics.lease_failures.fetch_add(1, Ordering::Relaxed);
-            Err(e.into())
-        }
-    }
+    counted(node, renewed)
 }
 
 /// For an incarnation whose lease was never valid: one TTL after its first

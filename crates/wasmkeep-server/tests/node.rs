@@ -454,6 +454,18 @@ fn marker_headers_from_clients_do_not_reach_the_actor() {
     assert_eq!(r.header("x-wasmkeep-node"), Some("dev"));
 }
 
+/// [`dev`] from async code (the harness waits for the node, blocking).
+async fn dev_async(dir: &std::path::Path, extra: &[&str]) -> Server {
+    let dir = dir.to_owned();
+    let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        dev(&dir, &extra)
+    })
+    .await
+    .unwrap()
+}
+
 /// Reads a WebSocket until the server's close frame; the frame's code.
 async fn close_code<S>(ws: &mut S) -> Option<u16>
 where
@@ -1358,16 +1370,7 @@ async fn actor_delete_closes_the_actors_websockets_normally() {
 
     let dir = tempfile::tempdir().unwrap();
     let counter = format!("counter={}", guest("counter").display());
-    let d = dir.path().to_owned();
-    let server = tokio::task::spawn_blocking(move || {
-        let bucket = folder_bucket(&d);
-        Server::start(
-            &d,
-            &["dev", "--bucket", &bucket, &counter, "--heartbeat", "200ms"],
-        )
-    })
-    .await
-    .unwrap();
+    let server = dev_async(dir.path(), &[&counter, "--heartbeat", "200ms"]).await;
     let (mut ws, _) =
         tokio_tungstenite::connect_async(format!("ws://{}/demo/counter/w/ws", server.addr))
             .await
@@ -1434,13 +1437,7 @@ async fn a_text_message_that_is_not_utf8_closes_the_socket_with_1007() {
 
     let dir = tempfile::tempdir().unwrap();
     let counter = format!("counter={}", guest("counter").display());
-    let d = dir.path().to_owned();
-    let server = tokio::task::spawn_blocking(move || {
-        let bucket = folder_bucket(&d);
-        Server::start(&d, &["dev", "--bucket", &bucket, &counter])
-    })
-    .await
-    .unwrap();
+    let server = dev_async(dir.path(), &[&counter]).await;
     let (mut ws, _) =
         tokio_tungstenite::connect_async(format!("ws://{}/demo/counter/u/ws", server.addr))
             .await
