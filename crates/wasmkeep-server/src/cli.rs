@@ -1024,6 +1024,13 @@ async fn actor_move(actor: &str, to: &str, wait: bool, view: ViewArgs) -> anyhow
     }
     /// Readings after the key is gone before the CLI calls the move dropped.
     const MOVE_SETTLE_READS: u32 = 4;
+    // An app with secrets (a recipient) moves actors only to nodes that
+    // can open them: the take is refused elsewhere.
+    let app_has_secrets = match bucket.head(&keys.recipient()).await {
+        Ok(_) => true,
+        Err(wasmkeep_bucket::Error::NotFound { .. }) => false,
+        Err(e) => return Err(e).context("reading the app's recipient"),
+    };
     let deadline = tokio::time::Instant::now() + crate::moves::MOVE_KEY_AGE_MAX;
     let mut settle_reads = 0;
     let mut last = String::new();
@@ -1072,6 +1079,10 @@ async fn actor_move(actor: &str, to: &str, wait: bool, view: ViewArgs) -> anyhow
             Some(r) if !r.capabilities.iter().any(|c| c == CAPABILITY_TAKE) => {
                 format!("target refused: node {target} does not advertise take; retrying")
             }
+            Some(r) if app_has_secrets && !r.secrets => format!(
+                "target refused: node {target} cannot open the app's secrets (start it with \
+                 --secrets-identity); retrying until the key expires"
+            ),
             Some(_) => match &holder {
                 Some(owner) => {
                     format!("moving: held by {owner}, waiting for its pass over the key")
