@@ -926,6 +926,11 @@ fn move_key_body() -> bytes::Bytes {
     bytes::Bytes::from(format!("wasmkeep-move 1\n{now_ms}\n"))
 }
 
+/// How long `actor delete --wait` waits, once the data is deleted, for the
+/// holder to give the ownership record back.
+const RECORD_RELEASE_WAIT_MAX: Duration = Duration::from_secs(2);
+const RECORD_RELEASE_POLL: Duration = Duration::from_millis(20);
+
 async fn actor_delete(
     actor: &str,
     wait: bool,
@@ -972,6 +977,17 @@ async fn actor_delete(
     loop {
         match bucket.head(&key).await {
             Err(wasmkeep_bucket::Error::NotFound { .. }) => {
+                // The holder removes the key, then gives its record back
+                // (moments later); a new event may have started the actor
+                // afresh meanwhile, which this does not wait out.
+                let settled = tokio::time::Instant::now() + RECORD_RELEASE_WAIT_MAX;
+                while tokio::time::Instant::now() < settled
+                    && wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor)
+                        .await?
+                        .is_some()
+                {
+                    tokio::time::sleep(RECORD_RELEASE_POLL).await;
+                }
                 eprintln!("wasmkeep: done: {actor} deleted");
                 return Ok(());
             }

@@ -58,6 +58,11 @@ pub(crate) async fn check(node: &Arc<Node>) {
 
 /// Deletes an actor that is not resident here, if no other node holds it.
 async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
+    // A deletion that ended since the listing leaves nothing to do, and no
+    // record is written for nothing.
+    if !requested(node, actor).await {
+        return Ok(());
+    }
     let Some(reserved) = node.reserve(actor) else {
         return Ok(());
     };
@@ -66,8 +71,14 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
             // Its holder acts at its own pass.
             return Ok(());
         };
-        let deleted = delete_data(node, actor).await;
-        if deleted.is_ok() {
+        // The listing may be older than a deletion that ended since (and
+        // a new actor's first writes): only a standing request is carried out.
+        let deleted = if requested(node, actor).await {
+            delete_data(node, actor).await.map(|()| true)
+        } else {
+            Ok(false)
+        };
+        if matches!(deleted, Ok(true)) {
             done(node, actor).await;
         }
         if node.ownership.release(actor, &etag).await == LeaseReturn::Failed
@@ -75,11 +86,24 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
         {
             node.leftovers.add(node, actor);
         }
-        deleted
+        deleted.map(drop)
     }
     .await;
     node.end_reservation(actor, reserved);
     outcome
+}
+
+/// Whether `actor`'s delete key is still there (a bucket that does not
+/// answer counts as no: the next pass asks again).
+pub(crate) async fn requested(node: &Node, actor: &ActorId) -> bool {
+    match node.bucket.head(&node.keys.delete_key(actor)).await {
+        Ok(_) => true,
+        Err(wasmkeep_bucket::Error::NotFound { .. }) => false,
+        Err(e) => {
+            tracing::warn!(%actor, error = %e, "reading the delete key failed");
+            false
+        }
+    }
 }
 
 /// Deletes every object of the actor's database, newest first, so that

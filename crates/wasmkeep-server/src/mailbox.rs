@@ -793,9 +793,11 @@ async fn hand_over(
         // the actor still held here, and leaves it be.
         crate::deletes::done(node, &stub.id).await;
     }
-    if healthy {
+    if healthy && !deleting {
         // The lease is kept while a socket is closing: its client learns
-        // the code before the actor leaves.
+        // the code before the actor leaves. A deleted actor leaves nothing
+        // for a new holder to answer for: its record goes at once, and its
+        // sockets finish their close handshakes on their own.
         await_sockets_closed(stub).await;
     }
     // The lease lapsed (before or during the hand-over): another node may
@@ -942,7 +944,14 @@ async fn serve_until_leave(
                 }
             }
             Some(Job::Drain) => return Leave::Drain,
-            Some(Job::Delete) => return Leave::Delete,
+            // Only while the request stands: a pass that listed the key
+            // before an earlier deletion removed it must not delete the
+            // new actor's writes.
+            Some(Job::Delete) => {
+                if crate::deletes::requested(node, &stub.id).await {
+                    return Leave::Delete;
+                }
+            }
             Some(Job::Move { token, reply }) => {
                 if !node.moves.is_current(&stub.id, token) {
                     let _ = reply.send(crate::moves::MoveOutcome::Abandoned);

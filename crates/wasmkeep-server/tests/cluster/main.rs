@@ -13,6 +13,7 @@ mod runner;
 
 mod bucket_loss;
 mod calls;
+mod deletes;
 mod drain;
 mod failover;
 mod moves;
@@ -144,5 +145,9 @@ plain_and_tls!(
 plain_and_tls!(
     #[ignore = "a measurement; run with --ignored --nocapture"]
     measure_forwarded_body_latency => crate::requests::measure_forwarded_body_latency,
+    crate::BucketKind::Folder
+);
+plain_and_tls!(
+    the_holder_deletes_a_resident_actor_and_any_node_an_unheld_one => crate::deletes::the_holder_deletes_a_resident_actor_and_any_node_an_unheld_one,
     crate::BucketKind::Folder
 );
