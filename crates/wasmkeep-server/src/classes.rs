@@ -13,7 +13,7 @@ use wasmkeep_runtime::Runtime;
 use wasmkeep_types::{ClassName, Keys};
 
 use crate::guest::{GuestClass, GuestEngine, WasmtimeEngine};
-use crate::node::Node;
+use crate::node::{ClassPending, Node};
 use crate::{Error, Result};
 
 /// Longest digest text read from a `current` key.
@@ -123,8 +123,9 @@ pub async fn load(
 /// loads run side by side, one per core (each deserializes or compiles on a
 /// blocking thread), and each class serves its new version as soon as that
 /// one is loaded: a slow compile holds back no other class. A class with no
-/// version here yet answers "retry" while it loads, not "unknown class". A
-/// starting node serves once all are loaded.
+/// version here yet answers "retry" while it loads, or after its load
+/// failed (the next poll tries again), not "unknown class". A starting node
+/// serves once all are loaded.
 pub async fn poll(node: &Arc<Node>) -> Result<()> {
     let metas = node.bucket.list(&node.keys.classes_prefix()).await?;
     let mut changed = Vec::new();
@@ -148,7 +149,7 @@ pub async fn poll(node: &Arc<Node>) -> Result<()> {
     }
     for (class, _) in &changed {
         if node.class_digest(class).is_none() {
-            node.set_class_loading(class, true);
+            node.set_class_pending(class, Some(ClassPending::Loading));
         }
     }
     // As many at once as there are cores: a first start compiles every
@@ -165,12 +166,15 @@ pub async fn poll(node: &Arc<Node>) -> Result<()> {
                 tracing::info!(%class, %digest, from_cache = component.was_cached(), "class version loaded");
                 node.metrics.class_loads.fetch_add(1, Ordering::Relaxed);
                 node.set_class(class.clone(), component);
+                node.set_class_pending(&class, None);
             }
             Err(e) => {
-                tracing::error!(%class, %digest, error = %e, "class version not loaded; the previous one keeps serving")
+                tracing::error!(%class, %digest, error = %e, "class version not loaded; the previous one keeps serving");
+                if node.class_digest(&class).is_none() {
+                    node.set_class_pending(&class, Some(ClassPending::Failed(e.to_string())));
+                }
             }
         }
-        node.set_class_loading(&class, false);
     }
     Ok(())
 }

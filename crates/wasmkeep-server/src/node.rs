@@ -62,6 +62,14 @@ pub struct Stub {
     pub hint: ActorHint,
 }
 
+/// A deployed class with no version loaded on this node.
+#[derive(Debug, Clone)]
+pub(crate) enum ClassPending {
+    Loading,
+    /// Its last load failed, for this reason; the next poll tries again.
+    Failed(String),
+}
+
 /// The outcome of a stub's activation.
 #[derive(Debug, Clone)]
 pub(crate) enum Activation {
@@ -179,9 +187,10 @@ pub struct Node {
     pub(crate) unproven: Mutex<Option<(String, Instant)>>,
     pub(crate) store_config: StoreConfig,
     classes: RwLock<HashMap<ClassName, Arc<dyn GuestClass>>>,
-    /// Deployed classes with no version loaded here yet, being loaded: their
-    /// requests are asked to retry, not told the class does not exist.
-    classes_loading: Mutex<std::collections::HashSet<ClassName>>,
+    /// Deployed classes with no version loaded here yet, being loaded or
+    /// failed to load: their requests are asked to retry, not told the
+    /// class does not exist.
+    classes_pending: Mutex<HashMap<ClassName, ClassPending>>,
     /// Hashed (see [`ActorMap`]); the passes whose order shows (the drain,
     /// eviction ties) sort by name, so a simulation run repeats.
     actors: Mutex<ActorMap>,
@@ -343,7 +352,7 @@ impl Node {
             unproven: Mutex::new(None),
             store_config: StoreConfig::default(),
             classes: RwLock::new(HashMap::new()),
-            classes_loading: Mutex::new(std::collections::HashSet::new()),
+            classes_pending: Mutex::new(HashMap::new()),
             actors: Mutex::new(ActorMap::default()),
             actors_changed: Notify::new(),
             timer,
@@ -453,23 +462,32 @@ impl Node {
         if let Some(component) = self.classes.read().get(class) {
             return Ok(Arc::clone(component));
         }
-        if self.classes_loading.lock().contains(class) {
-            return Err(Error::Unavailable {
-                reason: format!("class {class} was just deployed and is being compiled here"),
-                retry_after_s: CLASS_LOADING_RETRY_AFTER_S,
-            });
-        }
-        Err(Error::UnknownClass(class.to_string()))
+        let reason = match self.classes_pending.lock().get(class) {
+            None => return Err(Error::UnknownClass(class.to_string())),
+            Some(ClassPending::Loading) => {
+                format!("class {class} was just deployed and is being compiled here")
+            }
+            Some(ClassPending::Failed(why)) => format!(
+                "class {class} is deployed but did not load on this node ({why}); it is tried again every heartbeat period"
+            ),
+        };
+        Err(Error::Unavailable {
+            reason,
+            retry_after_s: CLASS_LOADING_RETRY_AFTER_S,
+        })
     }
 
-    /// Notes that `class`'s first version here is being loaded (`true`) or
-    /// that its load ended, loaded or not (`false`).
-    pub(crate) fn set_class_loading(&self, class: &ClassName, loading: bool) {
-        let mut set = self.classes_loading.lock();
-        if loading {
-            set.insert(class.clone());
-        } else {
-            set.remove(class);
+    /// Notes where the load of `class`'s first version here stands; `None`
+    /// once a version is loaded.
+    pub(crate) fn set_class_pending(&self, class: &ClassName, pending: Option<ClassPending>) {
+        let mut map = self.classes_pending.lock();
+        match pending {
+            Some(pending) => {
+                map.insert(class.clone(), pending);
+            }
+            None => {
+                map.remove(class);
+            }
         }
     }
 

@@ -48,6 +48,8 @@ struct Faults {
     load_delay: Duration,
     /// An event to this path panics in the mailbox.
     panic_path: Option<&'static str>,
+    /// Loads fail (after the gate and the delay) while this is set.
+    fail_loads: std::sync::atomic::AtomicBool,
 }
 
 struct FaultyEngine {
@@ -63,6 +65,15 @@ impl GuestEngine for FaultyEngine {
             permits.acquire().await.unwrap().forget();
         }
         tokio::time::sleep(self.faults.load_delay).await;
+        if self
+            .faults
+            .fail_loads
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(wasmkeep_server::Error::Runtime(
+                "a planted load failure".into(),
+            ));
+        }
         let inner = self.inner.load(bytes).await?;
         Ok(Arc::new(FaultyClass {
             inner,
@@ -181,11 +192,20 @@ async fn start(
     bucket: Arc<dyn Bucket>,
     faults: Faults,
 ) -> wasmkeep_server::Result<Arc<Node>> {
+    start_shared(config, bucket, Arc::new(faults)).await
+}
+
+/// [`start`] with faults the test keeps changing.
+async fn start_shared(
+    config: NodeConfig,
+    bucket: Arc<dyn Bucket>,
+    faults: Arc<Faults>,
+) -> wasmkeep_server::Result<Arc<Node>> {
     let runtime = runtime();
     let mut platform = Platform::production(runtime.clone());
     platform.guest = Arc::new(FaultyEngine {
         inner: WasmtimeEngine::new(runtime),
-        faults: Arc::new(faults),
+        faults,
     });
     Node::start_with(config, bucket, platform).await
 }
@@ -222,7 +242,7 @@ async fn a_start_whose_class_loads_outlast_the_lease_ttl_keeps_its_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_class_still_compiling_asks_its_clients_to_retry_then_serves() {
+async fn a_class_still_compiling_or_failed_to_load_asks_its_clients_to_retry_then_serves() {
     let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
     deploy(&*bucket, "counter").await;
     let started = Arc::new(Semaphore::new(0));
@@ -236,7 +256,10 @@ async fn a_class_still_compiling_asks_its_clients_to_retry_then_serves() {
     let mut config = config();
     config.heartbeat_period = Duration::from_secs(60);
     config.lease_ttl = Duration::from_secs(180);
-    let node = start(config, Arc::clone(&bucket), faults).await.unwrap();
+    let faults = Arc::new(faults);
+    let node = start_shared(config, Arc::clone(&bucket), Arc::clone(&faults))
+        .await
+        .unwrap();
     started.acquire().await.unwrap().forget();
 
     // A second class is deployed; this node's poll finds it and its load
@@ -263,8 +286,27 @@ async fn a_class_still_compiling_asks_its_clients_to_retry_then_serves() {
         "{unknown:?}"
     );
 
+    // A load that fails leaves the class asking to retry, with the reason;
+    // the next poll loads it.
+    faults
+        .fail_loads
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     permits.add_permits(1);
     poll.await.unwrap().unwrap();
+    match send(&node, &actor, "/increment").await {
+        Err(Error::Unavailable { reason, .. }) => {
+            assert!(
+                reason.contains("did not load on this node") && reason.contains("planted"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected 503 after a failed load, got {other:?}"),
+    }
+    faults
+        .fail_loads
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    permits.add_permits(1);
+    classes::poll(&node).await.unwrap();
     assert_eq!(send(&node, &actor, "/increment").await.unwrap(), "1");
     node.shutdown(Duration::from_secs(5)).await;
 }
