@@ -122,6 +122,35 @@ impl NodeLease {
         state.last_etag = None;
     }
 
+    /// Fills in the heartbeat's generation and incarnation; returns the
+    /// etag of this lease's last write.
+    fn stamp(&self, heartbeat: &mut Heartbeat) -> Option<Etag> {
+        let mut state = self.state.lock();
+        state.generation += 1;
+        heartbeat.generation = state.generation;
+        heartbeat.incarnation = state.incarnation.clone();
+        state.last_etag.clone()
+    }
+
+    /// Takes a heartbeat write of `incarnation` that started at `start` and
+    /// landed with `etag`: the lease is valid until `start` plus the TTL.
+    fn adopt(&self, incarnation: &str, etag: Etag, start: Instant) -> Result<()> {
+        let mut state = self.state.lock();
+        if state.incarnation != incarnation || state.lapsed {
+            // Lapsed or rejoined while the write was in flight: it belongs
+            // to an incarnation that no longer serves.
+            return Err(Error::LeaseInvalid);
+        }
+        state.last_etag = Some(etag);
+        let until = start + self.lease_ttl;
+        if crate::planted::lease_from_reply() {
+            state.valid_until = Some(self.clock.now() + self.lease_ttl);
+        } else {
+            state.valid_until = Some(state.valid_until.map_or(until, |u| u.max(until)));
+        }
+        Ok(())
+    }
+
     /// Writes the heartbeat (its incarnation and generation are filled in
     /// here) and, on success, extends the lease to the request's start plus
     /// the TTL. A lapsed lease is not renewed: see [`rejoin`](Self::rejoin).
@@ -135,35 +164,14 @@ impl NodeLease {
             return Err(Error::LeaseInvalid);
         }
         let start = self.clock.now();
-        let etag = {
-            let mut state = self.state.lock();
-            state.generation += 1;
-            heartbeat.generation = state.generation;
-            heartbeat.incarnation = state.incarnation.clone();
-            state.last_etag.clone()
-        };
+        let etag = self.stamp(&mut heartbeat);
         let body = Bytes::from(heartbeat.to_text());
         let written = match &etag {
             Some(etag) => bucket.put_if_match(key, body, etag).await,
             None => bucket.put(key, body).await,
         };
         match written {
-            Ok(meta) => {
-                let mut state = self.state.lock();
-                if state.incarnation != heartbeat.incarnation || state.lapsed {
-                    // Lapsed or rejoined while the write was in flight: this
-                    // renewal belongs to an incarnation that no longer serves.
-                    return Err(Error::LeaseInvalid);
-                }
-                state.last_etag = Some(meta.etag);
-                let until = start + self.lease_ttl;
-                if crate::planted::lease_from_reply() {
-                    state.valid_until = Some(self.clock.now() + self.lease_ttl);
-                } else {
-                    state.valid_until = Some(state.valid_until.map_or(until, |u| u.max(until)));
-                }
-                Ok(())
-            }
+            Ok(meta) => self.adopt(&heartbeat.incarnation, meta.etag, start),
             Err(wasmkeep_bucket::Error::Conflict { .. }) => {
                 // Either our own earlier write whose reply was lost (a timeout
                 // the backend did not report as an unknown outcome) landed
@@ -281,28 +289,15 @@ impl NodeLease {
             }
         };
         let start = self.clock.now();
-        {
-            let mut state = self.state.lock();
-            state.generation += 1;
-            heartbeat.generation = state.generation;
-            heartbeat.incarnation = state.incarnation.clone();
-            holder.unwrap_or_default().clone_into(&mut heartbeat.holder);
-        }
+        self.stamp(&mut heartbeat);
+        holder.unwrap_or_default().clone_into(&mut heartbeat.holder);
         let body = Bytes::from(heartbeat.to_text());
         let written = match &replace {
             Some(etag) => bucket.put_if_match(key, body, etag).await,
             None => bucket.put_if_absent(key, body).await,
         };
         match written {
-            Ok(meta) => {
-                let mut state = self.state.lock();
-                if state.incarnation != heartbeat.incarnation || state.lapsed {
-                    return Err(Error::LeaseInvalid);
-                }
-                state.last_etag = Some(meta.etag);
-                state.valid_until = Some(start + self.lease_ttl);
-                Ok(())
-            }
+            Ok(meta) => self.adopt(&heartbeat.incarnation, meta.etag, start),
             Err(
                 wasmkeep_bucket::Error::Conflict { .. } | wasmkeep_bucket::Error::NotFound { .. },
             ) => Err(in_use(
@@ -320,10 +315,7 @@ impl NodeLease {
                         "another process wrote its heartbeat at the same time",
                     ));
                 }
-                let mut state = self.state.lock();
-                state.last_etag = Some(object.meta.etag);
-                state.valid_until = Some(start + self.lease_ttl);
-                Ok(())
+                self.adopt(&heartbeat.incarnation, object.meta.etag, start)
             }
             Err(e) => Err(e.into()),
         }

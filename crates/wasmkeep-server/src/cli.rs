@@ -916,14 +916,37 @@ async fn write_drain_key(
     }
 }
 
-/// Body of a move key; the key names the actor and the target. The time
-/// makes two writes of one key differ (their ETags too).
-fn move_key_body() -> bytes::Bytes {
+/// Body of a control key (`move`, `delete`); the key names the actor (and
+/// the target). The time makes two writes of one key differ (their ETags
+/// too).
+fn control_key_body(kind: &str) -> bytes::Bytes {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0);
-    bytes::Bytes::from(format!("wasmkeep-move 1\n{now_ms}\n"))
+    bytes::Bytes::from(format!("wasmkeep-{kind} 1\n{now_ms}\n"))
+}
+
+/// The actor of an operator command, which must have something in the
+/// bucket (`what` ends the refusal: a mistyped name is never created).
+async fn existing_actor(
+    actor: &str,
+    view: &ViewArgs,
+    what: &str,
+) -> anyhow::Result<(wasmkeep_types::ActorId, Arc<dyn Bucket>, Keys, Duration)> {
+    let actor = wasmkeep_types::ActorId::parse(actor)
+        .with_context(|| format!("{actor:?} is not an actor id TENANT/CLASS/NAME"))?;
+    let (bucket, keys, lease_ttl) = open_view(view).await?;
+    if wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor)
+        .await?
+        .is_none()
+    {
+        bail!(
+            "actor {actor} does not exist in app {} (no data, ownership record or alarm){what}",
+            view.app
+        );
+    }
+    Ok((actor, bucket, keys, lease_ttl))
 }
 
 /// How long `actor delete --wait` waits, once the data is deleted, for the
@@ -937,19 +960,8 @@ async fn actor_delete(
     timeout: &str,
     view: ViewArgs,
 ) -> anyhow::Result<()> {
-    let actor = wasmkeep_types::ActorId::parse(actor)
-        .with_context(|| format!("{actor:?} is not an actor id TENANT/CLASS/NAME"))?;
     let timeout = parse_duration(timeout).context("--timeout")?;
-    let (bucket, keys, lease_ttl) = open_view(&view).await?;
-    if wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor)
-        .await?
-        .is_none()
-    {
-        bail!(
-            "actor {actor} does not exist in app {} (no data, ownership record or alarm)",
-            view.app
-        );
-    }
+    let (actor, bucket, keys, lease_ttl) = existing_actor(actor, &view, "").await?;
     let nodes = wasmkeep_cluster::inspect::list_nodes(&*bucket, &keys, lease_ttl).await?;
     if nodes.iter().all(|r| r.stale) {
         eprintln!(
@@ -958,15 +970,8 @@ async fn actor_delete(
         );
     }
     let key = keys.delete_key(&actor);
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
     bucket
-        .put(
-            &key,
-            bytes::Bytes::from(format!("wasmkeep-delete 1\n{now_ms}\n")),
-        )
+        .put(&key, control_key_body("delete"))
         .await
         .context("writing the delete key")?;
     eprintln!("wasmkeep: delete of {actor} requested");
@@ -1005,19 +1010,9 @@ async fn actor_delete(
 }
 
 async fn actor_move(actor: &str, to: &str, wait: bool, view: ViewArgs) -> anyhow::Result<()> {
-    let actor = wasmkeep_types::ActorId::parse(actor)
-        .with_context(|| format!("{actor:?} is not an actor id TENANT/CLASS/NAME"))?;
     let target = NodeId::new(to.to_owned()).with_context(|| format!("--to {to:?}"))?;
-    let (bucket, keys, lease_ttl) = open_view(&view).await?;
-    if wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor)
-        .await?
-        .is_none()
-    {
-        bail!(
-            "actor {actor} does not exist in app {} (no data, ownership record or alarm): nothing to move",
-            view.app
-        );
-    }
+    let (actor, bucket, keys, lease_ttl) =
+        existing_actor(actor, &view, ": nothing to move").await?;
     let nodes = wasmkeep_cluster::inspect::list_nodes(&*bucket, &keys, lease_ttl).await?;
     match nodes.iter().find(|r| r.node == target.as_str()) {
         None => eprintln!(
@@ -1031,7 +1026,7 @@ async fn actor_move(actor: &str, to: &str, wait: bool, view: ViewArgs) -> anyhow
     }
     let key = keys.move_key(&actor, &target);
     bucket
-        .put(&key, move_key_body())
+        .put(&key, control_key_body("move"))
         .await
         .context("writing the move key")?;
     eprintln!("wasmkeep: move of {actor} to node {target} requested");

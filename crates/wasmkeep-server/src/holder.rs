@@ -13,7 +13,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 use wasmkeep_cluster::{OsRandom, Random};
-use wasmkeep_types::heartbeat::HOLDER_BYTES_MAX;
+use wasmkeep_types::heartbeat::is_holder_token;
 
 use crate::{Error, Result};
 
@@ -61,7 +61,7 @@ impl DataDirLock {
         let mut text = String::new();
         // Unreadable text (a torn write) is replaced like a missing token.
         let _ = file.read_to_string(&mut text);
-        let token = if is_token(text.trim()) {
+        let token = if is_holder_token(text.trim()) {
             text.trim().to_owned()
         } else {
             let token = OsRandom.token_hex(TOKEN_BYTES);
@@ -80,14 +80,6 @@ impl DataDirLock {
     }
 }
 
-fn is_token(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= HOLDER_BYTES_MAX
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,7 +90,7 @@ mod tests {
         let first = DataDirLock::acquire(dir.path(), "file:///b\ndefault\nn1")
             .expect("acquire")
             .expect("free");
-        assert!(is_token(first.token()));
+        assert!(is_holder_token(first.token()));
         // A second open of the lock file conflicts, as another process's would;
         // another identity has its own lock.
         assert!(
@@ -137,7 +129,7 @@ mod tests {
         let lock = DataDirLock::acquire(dir.path(), identity)
             .expect("acquire")
             .expect("free");
-        assert!(is_token(lock.token()));
+        assert!(is_holder_token(lock.token()));
         assert_ne!(lock.token(), token);
         assert_eq!(
             std::fs::read_to_string(&file).expect("read").trim(),

@@ -621,13 +621,9 @@ async fn run_alarm(
     };
     match outcome {
         Ok(()) => {
-            let h = host(instance);
-            if h.store.alarm() == Some(fire.scheduled_ms)
-                && let Err(e) = h.store.set_alarm(None)
-            {
-                tracing::warn!(%actor, error = %e, "clearing the fired alarm failed");
-            }
-            // "Before" is None: the fired entry left the timer; follow any new alarm.
+            // The firing alarm was cleared before the handler ran: what the
+            // handler set (or nothing) commits. "Before" is None: the fired
+            // entry left the timer; follow any new alarm.
             commit(node, stub, active, None, None, started).await;
         }
         Err(message) => {

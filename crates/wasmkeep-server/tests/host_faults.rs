@@ -6,37 +6,19 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::any::Any;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use wasmkeep_bucket::{Bucket, MemoryBucket};
-use wasmkeep_runtime::{ActorHost, EventError, Message, Request, Response, Runtime, RuntimeConfig};
+use wasmkeep_runtime::{ActorHost, EventError, Message, Request, Response};
 use wasmkeep_server::guest::{GuestClass, GuestEngine, GuestInstance, WasmtimeEngine};
 use wasmkeep_server::{Error, Node, NodeConfig, Platform, classes};
 use wasmkeep_types::{ActorId, AppName, ClassName, Keys, NodeId};
-
-fn counter_bytes() -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/wasm/counter.wasm");
-    std::fs::read(&path)
-        .unwrap_or_else(|_| panic!("{} is missing: run scripts/build-guests", path.display()))
-}
-
-fn cache_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasmkeep-server-tests-cache")
-}
-
-fn runtime() -> Runtime {
-    Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache_dir().join("components")),
-        instances_max: 16,
-        ..RuntimeConfig::default()
-    })
-    .unwrap()
-}
 
 /// What the engine around the real one does.
 #[derive(Default)]
@@ -170,8 +152,8 @@ async fn deploy(bucket: &dyn Bucket, class: &str) {
         bucket,
         &Keys::new(&AppName::default_app()),
         &ClassName::new(class).unwrap(),
-        counter_bytes(),
-        &runtime(),
+        common::guest_bytes("counter"),
+        &common::runtime(16),
     )
     .await
     .unwrap();
@@ -183,7 +165,7 @@ fn config() -> NodeConfig {
         AppName::default_app(),
         NodeId::new("n1").unwrap(),
         listen,
-        cache_dir(),
+        common::data_dir(),
     )
 }
 
@@ -201,7 +183,7 @@ async fn start_shared(
     bucket: Arc<dyn Bucket>,
     faults: Arc<Faults>,
 ) -> wasmkeep_server::Result<Arc<Node>> {
-    let runtime = runtime();
+    let runtime = common::runtime(16);
     let mut platform = Platform::production(runtime.clone());
     platform.guest = Arc::new(FaultyEngine {
         inner: WasmtimeEngine::new(runtime),

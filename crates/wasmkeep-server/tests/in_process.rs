@@ -3,46 +3,28 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use wasmkeep_bucket::{Bucket, MemoryBucket};
-use wasmkeep_runtime::{Request, Runtime, RuntimeConfig};
+use wasmkeep_runtime::Request;
 use wasmkeep_server::{Error, Node, NodeConfig, classes};
 use wasmkeep_store::{ActorStore, StoreConfig, WriterId};
 use wasmkeep_types::{ActorId, AppName, ClassName, Keys, NodeId};
 
-fn counter_bytes() -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/wasm/counter.wasm");
-    std::fs::read(&path)
-        .unwrap_or_else(|_| panic!("{} is missing: run scripts/build-guests", path.display()))
-}
-
-/// The tests' cache folder (compiled components, the node's cache).
-fn cache_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("wasmkeep-server-tests-cache")
-}
-
-fn runtime(instances_max: u32) -> Runtime {
-    Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache_dir().join("components")),
-        instances_max,
-        ..RuntimeConfig::default()
-    })
-    .unwrap()
-}
-
 async fn start(bucket: Arc<dyn Bucket>) -> Arc<Node> {
-    let cache = cache_dir();
-    let runtime = runtime(16);
+    let cache = common::data_dir();
+    let runtime = common::runtime(16);
     let app = AppName::default_app();
     let class = ClassName::new("counter").unwrap();
     classes::deploy(
         &*bucket,
         &Keys::new(&app),
         &class,
-        counter_bytes(),
+        common::guest_bytes("counter"),
         &runtime,
     )
     .await
@@ -156,16 +138,28 @@ async fn shutdown_releases_every_ownership_record() {
 async fn deploying_the_current_version_again_writes_nothing() {
     let memory = Arc::new(MemoryBucket::new());
     let bucket: Arc<dyn Bucket> = memory.clone();
-    let runtime = runtime(4);
+    let runtime = common::runtime(4);
     let keys = Keys::new(&AppName::default_app());
     let class = ClassName::new("counter").unwrap();
-    let first = classes::deploy(&*bucket, &keys, &class, counter_bytes(), &runtime)
-        .await
-        .unwrap();
+    let first = classes::deploy(
+        &*bucket,
+        &keys,
+        &class,
+        common::guest_bytes("counter"),
+        &runtime,
+    )
+    .await
+    .unwrap();
     memory.faults().set_reply_lost_probability(1.0);
-    let again = classes::deploy(&*bucket, &keys, &class, counter_bytes(), &runtime)
-        .await
-        .unwrap();
+    let again = classes::deploy(
+        &*bucket,
+        &keys,
+        &class,
+        common::guest_bytes("counter"),
+        &runtime,
+    )
+    .await
+    .unwrap();
     assert_eq!(again, first);
     assert_eq!(
         memory.faults().injected_count(),

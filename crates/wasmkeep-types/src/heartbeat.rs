@@ -36,6 +36,16 @@ pub const MAGIC: &str = "wasmkeep-heartbeat 1";
 pub const HEARTBEAT_BYTES_MAX: usize = 64 * 1024;
 /// Longest holder token (line 14), in hex digits.
 pub const HOLDER_BYTES_MAX: usize = 64;
+
+/// Whether `text` is a holder token: 1 to [`HOLDER_BYTES_MAX`] lower-case
+/// hex digits.
+pub fn is_holder_token(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= HOLDER_BYTES_MAX
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
 /// The capability word of ADR 0017: the node runs take calls.
 pub const CAPABILITY_TAKE: &str = "take";
 
@@ -215,11 +225,7 @@ impl Heartbeat {
                 .ok_or_else(|| bad("line 13: want two numbers"))?,
         };
         let holder = lines.get(13).copied().unwrap_or_default();
-        if holder.len() > HOLDER_BYTES_MAX
-            || !holder
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        if !holder.is_empty() && !is_holder_token(holder) {
             return Err(bad(
                 "line 14: holder token is not lower-case hex of at most 64 digits",
             ));

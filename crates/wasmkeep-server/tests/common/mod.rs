@@ -31,6 +31,22 @@ pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wasmkeep-server-tests-cache")
 }
 
+/// A guest component's bytes (for nodes started in the test's process).
+pub fn guest_bytes(name: &str) -> Vec<u8> {
+    std::fs::read(guest(name)).unwrap()
+}
+
+/// A runtime for nodes started in the test's process, compiling into the
+/// shared cache.
+pub fn runtime(instances_max: u32) -> wasmkeep_runtime::Runtime {
+    wasmkeep_runtime::Runtime::new(wasmkeep_runtime::RuntimeConfig {
+        cache_dir: Some(data_dir().join("components")),
+        instances_max,
+        ..wasmkeep_runtime::RuntimeConfig::default()
+    })
+    .unwrap()
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
