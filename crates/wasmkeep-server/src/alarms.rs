@@ -28,6 +28,22 @@ pub struct Fire {
 struct TimerState {
     due: BTreeMap<(i64, ActorId), Fire>,
     by_actor: HashMap<ActorId, i64>,
+    /// Deliveries taken from `due` that have not reached their mailbox yet.
+    /// The delivery may activate the actor, whose activation arms its
+    /// committed alarm: an in-flight delivery of that alarm counts as
+    /// armed, or a fresh first delivery could overtake a retry and start
+    /// the retries over.
+    in_flight: HashMap<ActorId, Fire>,
+}
+
+impl TimerState {
+    /// The delivery registered for the actor: scheduled or in flight.
+    fn registered(&self, actor: &ActorId) -> Option<&Fire> {
+        self.by_actor
+            .get(actor)
+            .and_then(|due| self.due.get(&(*due, actor.clone())))
+            .or_else(|| self.in_flight.get(actor))
+    }
 }
 
 /// Delay before retry `retry_count + 1` of a failed alarm: `first * 2^retry_count`.
@@ -74,9 +90,10 @@ impl AlarmTimer {
     }
 
     /// Schedules the first delivery of a committed alarm unless the actor
-    /// already has an entry (a retry in progress keeps its backoff).
+    /// already has an entry or a delivery in flight (a retry in progress
+    /// keeps its backoff).
     pub fn set_if_absent(&self, actor: ActorId, at_ms: i64) {
-        if self.state.lock().by_actor.contains_key(&actor) {
+        if self.contains(&actor) {
             return;
         }
         self.set(
@@ -90,18 +107,16 @@ impl AlarmTimer {
     }
 
     /// Makes the timer follow a committed alarm: schedules it (unless an
-    /// entry for the same time is already there) or forgets the actor.
+    /// entry or an in-flight delivery for the same time is already there)
+    /// or forgets the actor.
     pub fn follow(&self, actor: &ActorId, committed: Option<i64>) {
         match committed {
             Some(at_ms) => {
-                let same = {
-                    let state = self.state.lock();
-                    state
-                        .by_actor
-                        .get(actor)
-                        .and_then(|due| state.due.get(&(*due, actor.clone())))
-                        .is_some_and(|fire| fire.scheduled_ms == at_ms)
-                };
+                let same = self
+                    .state
+                    .lock()
+                    .registered(actor)
+                    .is_some_and(|fire| fire.scheduled_ms == at_ms);
                 if !same {
                     self.set(
                         at_ms,
@@ -147,8 +162,18 @@ impl AlarmTimer {
         (fire.scheduled_ms == scheduled_ms).then_some(fire.retry_count)
     }
 
+    /// Whether the actor has an entry or a delivery in flight.
     pub fn contains(&self, actor: &ActorId) -> bool {
-        self.state.lock().by_actor.contains_key(actor)
+        self.state.lock().registered(actor).is_some()
+    }
+
+    /// The delivery `fire` reached its mailbox, or will not: it no longer
+    /// counts as armed (a later delivery of the actor stays).
+    pub fn arrived(&self, fire: &Fire) {
+        let mut state = self.state.lock();
+        if state.in_flight.get(&fire.actor) == Some(fire) {
+            state.in_flight.remove(&fire.actor);
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -159,7 +184,8 @@ impl AlarmTimer {
         self.len() == 0
     }
 
-    /// Removes and returns every entry due at `now_ms`, or the next due time.
+    /// Removes and returns every entry due at `now_ms`, or the next due
+    /// time. Each stays in flight until [`AlarmTimer::arrived`].
     fn take_due(&self, now_ms: i64) -> (Vec<Fire>, Option<i64>) {
         let mut state = self.state.lock();
         let mut fired = Vec::new();
@@ -169,6 +195,7 @@ impl AlarmTimer {
             }
             let ((_, actor), fire) = state.due.pop_first().expect("first entry exists");
             state.by_actor.remove(&actor);
+            state.in_flight.insert(actor, fire.clone());
             fired.push(fire);
         }
         (fired, None)
@@ -286,6 +313,32 @@ mod tests {
         timer.set_if_absent(actor("a"), 1);
         assert_eq!(timer.take_due(5).0[0].retry_count, 2);
         assert_eq!(timer.retry_pending(&actor("a"), 1), None);
+    }
+
+    #[test]
+    fn a_delivery_in_flight_counts_as_armed_until_it_arrives() {
+        let timer = AlarmTimer::new(Arc::new(wasmkeep_cluster::SystemClock));
+        let retry = Fire {
+            actor: actor("a"),
+            scheduled_ms: 1,
+            retry_count: 2,
+        };
+        timer.set(5, retry.clone());
+        assert_eq!(timer.take_due(5).0, [retry.clone()]);
+        // The activation the retry causes, and a sweep, arm nothing new.
+        timer.follow(&actor("a"), Some(1));
+        timer.set_if_absent(actor("a"), 1);
+        assert!(timer.contains(&actor("a")));
+        assert!(timer.take_due(i64::MAX).0.is_empty());
+        // A different alarm is armed at once.
+        timer.follow(&actor("a"), Some(3));
+        assert_eq!(timer.retry_pending(&actor("a"), 3), Some(0));
+        timer.clear(&actor("a"));
+        // Once arrived, the alarm it carried is armed afresh when followed.
+        timer.arrived(&retry);
+        assert!(!timer.contains(&actor("a")));
+        timer.follow(&actor("a"), Some(1));
+        assert_eq!(timer.retry_pending(&actor("a"), 1), Some(0));
     }
 
     #[tokio::test]

@@ -578,6 +578,8 @@ async fn run_alarm(
 ) {
     let actor = &stub.id;
     let instance = &mut active.instance;
+    // From here on the timer follows what this event commits.
+    node.timer.arrived(&fire);
     if committed != Some(fire.scheduled_ms) {
         // Changed or cleared since the timer was armed: nothing to fire.
         host(instance).store.rollback_event();
@@ -590,8 +592,8 @@ async fn run_alarm(
         .is_some_and(|pending| pending > fire.retry_count)
     {
         // A later retry of this same alarm is already scheduled: this is a
-        // stale delivery (the activation that the retry's own delivery
-        // caused armed the committed alarm afresh). Running it would start
+        // stale delivery (a first one armed afresh while a retry was
+        // pending, say by an alarm handed over). Running it would start
         // the retries over, and a handler that always fails would never be
         // given up.
         host(instance).store.rollback_event();

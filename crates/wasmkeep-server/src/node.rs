@@ -1114,6 +1114,9 @@ impl Node {
             if let Err(Error::HeldElsewhere { node: peer }) = &sent {
                 sent = cluster::hand_off_alarm(&node, &actor, peer, fire.scheduled_ms).await;
             }
+            // In the mailbox (which marked it arrived when it ran it),
+            // handed off, or scheduled again below.
+            node.timer.arrived(&fire);
             if let Err(e) = sent {
                 // Not deliverable now (shutting down, class gone, bucket down):
                 // the committed alarm stays; the sweep or next activation finds it.
