@@ -324,7 +324,7 @@ mod tests {
             retry_count: 2,
         };
         timer.set(5, retry.clone());
-        assert_eq!(timer.take_due(5).0, [retry.clone()]);
+        assert_eq!(timer.take_due(5).0, std::slice::from_ref(&retry));
         // The activation the retry causes, and a sweep, arm nothing new.
         timer.follow(&actor("a"), Some(1));
         timer.set_if_absent(actor("a"), 1);

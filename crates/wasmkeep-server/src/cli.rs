@@ -937,10 +937,12 @@ async fn existing_actor(
     let actor = wasmkeep_types::ActorId::parse(actor)
         .with_context(|| format!("{actor:?} is not an actor id TENANT/CLASS/NAME"))?;
     let (bucket, keys, lease_ttl) = open_view(view).await?;
-    if wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor)
-        .await?
-        .is_none()
-    {
+    let row = wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor).await?;
+    let exists = match &row {
+        Some(row) => !is_erased(&*bucket, &keys, row).await?,
+        None => false,
+    };
+    if !exists {
         bail!(
             "actor {actor} does not exist in app {} (no data, ownership record or alarm){what}",
             view.app
@@ -1146,9 +1148,42 @@ fn actor_cells(r: &wasmkeep_cluster::inspect::ActorRow) -> Vec<String> {
 
 const ACTOR_HEADER: [&str; 5] = ["ACTOR", "OWNER", "ALARM MS", "DB BYTES", "LOG RECORDS"];
 
+/// Whether `row` is an actor that `actor delete` emptied and nothing wrote
+/// to since: no owner, no alarm, and only the empty snapshot and the log
+/// record that fences its former holders ([`wasmkeep_store::erase`]). It
+/// is shown as deleted, not as an actor.
+async fn is_erased(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    row: &wasmkeep_cluster::inspect::ActorRow,
+) -> anyhow::Result<bool> {
+    if row.owner.is_some() || row.alarm_ms.is_some() || row.log_records != 1 || row.snapshots != 1 {
+        return Ok(false);
+    }
+    let actor = wasmkeep_types::ActorId::parse(&row.actor)?;
+    let listed = bucket
+        .list_keys(&keys.actor_snapshot_prefix(&actor))
+        .await?;
+    let [snapshot] = listed.as_slice() else {
+        return Ok(false);
+    };
+    match bucket.get(&snapshot.key).await {
+        Ok(object) => Ok(wasmkeep_store::record_origin(&object.bytes).is_ok_and(|o| o.empty)),
+        // Compacted by a new life meanwhile.
+        Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn actor_list(prefix: Option<&str>, view: ViewArgs) -> anyhow::Result<()> {
     let (bucket, keys, lease_ttl) = open_view(&view).await?;
-    let rows = wasmkeep_cluster::inspect::list_actors(&*bucket, &keys, lease_ttl, prefix).await?;
+    let listed = wasmkeep_cluster::inspect::list_actors(&*bucket, &keys, lease_ttl, prefix).await?;
+    let mut rows = Vec::with_capacity(listed.len());
+    for row in listed {
+        if !is_erased(&*bucket, &keys, &row).await? {
+            rows.push(row);
+        }
+    }
     if view.json {
         write_stdout(&json_text(&rows)?);
     } else {
@@ -1167,6 +1202,12 @@ async fn actor_inspect(actor: &str, view: ViewArgs) -> anyhow::Result<()> {
     else {
         bail!("actor {actor} has nothing in the bucket");
     };
+    if is_erased(&*bucket, &keys, &row).await? {
+        bail!(
+            "actor {actor} has nothing in the bucket (it was deleted; what stays is the empty \
+             record that fences its former holders)"
+        );
+    }
     if view.json {
         write_stdout(&json_text(&row)?);
     } else {

@@ -45,9 +45,14 @@ pub(crate) async fn check(node: &Arc<Node>) {
             let _ = stub.tx.try_send(Box::new(Job::Delete));
             continue;
         }
-        // Being released here, or a draining node (it takes no actor):
-        // the next pass, or a peer, acts.
-        if node.has_stub(&actor) || node.drain.is_active() {
+        // Being released here, a draining node (it takes no actor), or an
+        // actor this node moves away (it goes to its target, never back
+        // here; ADR 0017): the next pass, or a peer, acts.
+        let moving_away = node
+            .moves
+            .target(&actor)
+            .is_some_and(|target| target != node.node_id);
+        if node.has_stub(&actor) || node.drain.is_active() || moving_away {
             continue;
         }
         if let Err(e) = delete_unheld(node, &actor).await {
@@ -63,34 +68,29 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
     if !requested(node, actor).await {
         return Ok(());
     }
-    let Some(reserved) = node.reserve(actor) else {
+    // Held until the end of this function, or of the pass if its time
+    // limit cuts it short.
+    let Some(_reserved) = node.reserve(actor) else {
         return Ok(());
     };
-    let outcome = async {
-        let AcquireOutcome::Acquired { etag } = node.ownership.acquire(actor).await? else {
-            // Its holder acts at its own pass.
-            return Ok(());
-        };
-        // The listing may be older than a deletion that ended since (and
-        // a new actor's first writes): only a standing request is carried out.
-        let deleted = if requested(node, actor).await {
-            delete_data(node, actor).await.map(|()| true)
-        } else {
-            Ok(false)
-        };
-        if matches!(deleted, Ok(true)) {
-            done(node, actor).await;
-        }
-        if node.ownership.release(actor, &etag).await == LeaseReturn::Failed
-            && node.lease.is_valid()
-        {
-            node.leftovers.add(node, actor);
-        }
-        deleted.map(drop)
+    let AcquireOutcome::Acquired { etag } = node.ownership.acquire(actor).await? else {
+        // Its holder acts at its own pass.
+        return Ok(());
+    };
+    // The listing may be older than a deletion that ended since (and a new
+    // actor's first writes): only a standing request is carried out.
+    let deleted = if requested(node, actor).await {
+        delete_data(node, actor).await.map(|()| true)
+    } else {
+        Ok(false)
+    };
+    if matches!(deleted, Ok(true)) {
+        done(node, actor).await;
     }
-    .await;
-    node.end_reservation(actor, reserved);
-    outcome
+    if node.ownership.release(actor, &etag).await == LeaseReturn::Failed && node.lease.is_valid() {
+        node.leftovers.add(node, actor);
+    }
+    deleted.map(drop)
 }
 
 /// Whether `actor`'s delete key is still there (a bucket that does not
@@ -106,35 +106,25 @@ pub(crate) async fn requested(node: &Node, actor: &ActorId) -> bool {
     }
 }
 
-/// Deletes every object of the actor's database, newest first, so that
-/// one cut short leaves an older state that restores whole (records after
-/// the newest snapshot, then the snapshots), then its alarm. The caller
+/// Empties the actor's database so that no former holder can add to it
+/// ([`wasmkeep_store::erase`]: two small objects stay, an empty snapshot
+/// and the log record that fences), then deletes its alarm. The caller
 /// holds the actor's ownership record, and nothing of its store writes
 /// any more.
 pub(crate) async fn delete_data(node: &Node, actor: &ActorId) -> Result<()> {
-    let listed = node
-        .bucket
-        .list_keys(&node.keys.actor_prefix(actor))
-        .await?;
-    let log_prefix = node.keys.actor_log_prefix(actor);
-    let snapshot_prefix = node.keys.actor_snapshot_prefix(actor);
-    let mut keys: Vec<String> = listed.into_iter().map(|l| l.key).collect();
-    // Sequence numbers are zero-padded: the key order is their order.
-    let rank = |key: &str| {
-        if key.starts_with(&log_prefix) {
-            0
-        } else if key.starts_with(&snapshot_prefix) {
-            1
-        } else {
-            2
-        }
+    let writer = wasmkeep_store::WriterId {
+        node: node.node_id.to_string(),
+        incarnation: node.lease.incarnation(),
     };
-    keys.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| b.cmp(a)));
-    // One at a time, each durable before the next: a crash between two
-    // leaves a state a restore takes, never a gap in the log.
-    for key in &keys {
-        node.bucket.delete(key).await?;
-    }
+    wasmkeep_store::erase(
+        &*node.bucket,
+        &node.keys,
+        actor,
+        &writer,
+        &node.store_config,
+    )
+    .await
+    .map_err(|e| crate::Error::Store(e.to_string()))?;
     node.bucket.delete(&node.keys.alarm(actor)).await?;
     node.timer.clear(actor);
     Ok(())

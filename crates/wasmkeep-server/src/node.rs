@@ -119,6 +119,30 @@ impl Drop for Released {
     }
 }
 
+/// An actor's place in the map, held by [`Node::reserve`]. Dropping it (at
+/// the end, or when the pass that holds it is cut short by its time limit)
+/// gives the place back and wakes the actor's waiting events: a place left
+/// behind with its signal set would send them round `ensure_owner` forever.
+pub(crate) struct Reservation<'n> {
+    node: &'n Node,
+    actor: ActorId,
+    signal: Arc<Signal<bool>>,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut actors = self.node.actors.lock();
+        if let Some(Entry::Releasing(signal)) = actors.get(&self.actor)
+            && Arc::ptr_eq(signal, &self.signal)
+        {
+            actors.remove(&self.actor);
+        }
+        drop(actors);
+        self.signal.set(true);
+        self.node.actors_changed.notify_waiters();
+    }
+}
+
 /// Where an actor runs.
 #[derive(Debug, Clone)]
 pub enum Owner {
@@ -855,30 +879,21 @@ impl Node {
     }
 
     /// Holds `actor`'s place in the map while it has no stub here, as a
-    /// release does: its events wait until [`Node::end_reservation`]
+    /// release does: its events wait until the [`Reservation`] is dropped
     /// (deleting an actor that is not resident, ADR 0055). `None` when the
     /// actor has a stub.
-    pub(crate) fn reserve(&self, actor: &ActorId) -> Option<Released> {
+    pub(crate) fn reserve(&self, actor: &ActorId) -> Option<Reservation<'_>> {
         let mut actors = self.actors.lock();
         if actors.contains_key(actor) {
             return None;
         }
-        let released = Arc::new(Signal::new(false));
-        actors.insert(actor.clone(), Entry::Releasing(Arc::clone(&released)));
-        Some(Released(released))
-    }
-
-    pub(crate) fn end_reservation(&self, actor: &ActorId, reserved: Released) {
-        let mut actors = self.actors.lock();
-        if let Some(Entry::Releasing(signal)) = actors.get(actor)
-            && Arc::ptr_eq(signal, &reserved.0)
-        {
-            actors.remove(actor);
-        }
-        drop(actors);
-        // Dropping it wakes whoever waits.
-        drop(reserved);
-        self.actors_changed.notify_waiters();
+        let signal = Arc::new(Signal::new(false));
+        actors.insert(actor.clone(), Entry::Releasing(Arc::clone(&signal)));
+        Some(Reservation {
+            node: self,
+            actor: actor.clone(),
+            signal,
+        })
     }
 
     /// Whether the stub is still this node's live stub for its actor.

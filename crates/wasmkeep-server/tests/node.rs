@@ -1285,10 +1285,10 @@ fn a_call_that_outlasts_its_callers_time_fails_in_time_for_the_caller_to_answer(
     );
 }
 
-/// `wasmkeep actor delete` removes an actor's database, alarm and ownership
-/// record, resident (its holder deletes it) or not (a node acquires it to
-/// delete it); its next event starts an empty actor and other actors are
-/// untouched. An id with no actor, or no id, is refused (ADR 0055).
+/// `wasmkeep actor delete` empties an actor's database and removes its alarm
+/// and ownership record, resident (its holder deletes it) or not (a node
+/// acquires it to delete it); its next event starts an empty actor and
+/// other actors are untouched. An id with no actor, or no id, is refused (ADR 0055).
 #[test]
 fn actor_delete_removes_one_actor_resident_or_not() {
     let dir = tempfile::tempdir().unwrap();

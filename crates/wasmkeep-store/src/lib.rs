@@ -10,6 +10,9 @@
 //! output gate resolves when the record holding its writes is durable.
 //! Snapshots (`Keys::actor_snapshot`) bound restore time and bucket size.
 //!
+//! [`erase`] empties an actor's database for good, fencing its former
+//! writers (`wasmkeep actor delete`).
+//!
 //! Modules: `vfs` (the in-memory file and its written-page tracking),
 //! `record` (the bytes of records and snapshots), `restore` (reading them
 //! back), `sql` (guest SQL values and the authorizer), `conn` (a
@@ -19,6 +22,7 @@
 
 mod alloc;
 mod conn;
+mod erase;
 mod error;
 mod page;
 mod record;
@@ -29,6 +33,7 @@ mod vfs;
 
 use std::time::Duration;
 
+pub use erase::erase;
 pub use error::{Error, Result};
 pub use record::FORMAT_VERSION;
 pub use sql::{QueryRows, SqlError, SqlParam, SqlValue};
@@ -111,6 +116,9 @@ pub struct RecordOrigin {
     /// The actor id the record names (`tenant/class/name`).
     pub actor: String,
     pub writer: WriterId,
+    /// A database of no pages: only [`erase`] writes one (its fence and
+    /// snapshot).
+    pub empty: bool,
 }
 
 /// Decodes a stored log record or snapshot (checksum included) and returns
@@ -125,6 +133,7 @@ pub fn record_origin(bytes: &[u8]) -> std::result::Result<RecordOrigin, String> 
             node: decoded.node,
             incarnation: decoded.incarnation,
         },
+        empty: decoded.db_pages == 0,
     })
 }
 
@@ -158,6 +167,7 @@ mod tests {
                     node: "n1".into(),
                     incarnation: "abc".into(),
                 },
+                empty: false,
             }
         );
         assert!(record_origin(&bytes[..bytes.len() - 1]).is_err());

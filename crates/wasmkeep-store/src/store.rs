@@ -70,7 +70,7 @@ struct Pending {
 }
 
 #[derive(Debug, Clone)]
-enum FailureKind {
+pub(crate) enum FailureKind {
     Fenced,
     Broken(String),
 }
@@ -1105,7 +1105,7 @@ async fn write_record(
 /// and whether its writer waits for nothing else
 /// ([`Bucket::put_if_absent_alone`]).
 #[derive(Debug, Clone, Copy)]
-enum Haste {
+pub(crate) enum Haste {
     Hurried,
     Unhurried,
     Alone,
@@ -1114,7 +1114,7 @@ enum Haste {
 /// put-if-absent of a record whose body is unique to this writer, settled:
 /// `Ok` once our bytes are in the bucket under `key`; `Fenced` when other
 /// bytes are; `Broken` when the bucket would not tell within the retries.
-async fn put_settled(
+pub(crate) async fn put_settled(
     bucket: &dyn Bucket,
     key: &str,
     body: Bytes,
@@ -1469,7 +1469,7 @@ async fn paced(progress: &mut watch::Receiver<Progress>, slot: &SnapshotSlot, du
 
 /// Deletes `keys` as one bucket request where the bucket can
 /// ([`Bucket::delete_all_not_durable`]).
-async fn delete_all(bucket: &dyn Bucket, keys: Vec<String>) -> Result<()> {
+pub(crate) async fn delete_all(bucket: &dyn Bucket, keys: Vec<String>) -> Result<()> {
     if keys.is_empty() {
         return Ok(());
     }

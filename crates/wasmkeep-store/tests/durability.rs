@@ -355,6 +355,69 @@ async fn the_second_writer_is_fenced_and_none_of_its_writes_survive() {
     );
 }
 
+/// `wasmkeep actor delete`: the erased log keeps its sequence numbers
+/// taken, so a former holder still running is fenced at its next record
+/// (a freed number would have let it land and be restored into the
+/// actor's next life), and the actor restores empty with its log going on
+/// after the fence.
+#[tokio::test]
+async fn an_erased_actor_fences_its_former_writer_and_restores_empty() {
+    let bucket = Probe::new();
+    let a = actor("erased");
+    let small = StoreConfig {
+        snapshot_log_records: 3,
+        ..config()
+    };
+    let mut former = open_with(&bucket, &a, "n1", small).await;
+    event(&mut former, &["CREATE TABLE t (x)"]).await.unwrap();
+    for i in 0..5 {
+        event(&mut former, &[&format!("INSERT INTO t VALUES ({i})")])
+            .await
+            .unwrap();
+    }
+    former.flush().await.unwrap();
+    let prefix = keys().actor_prefix(&a);
+    let fence = wasmkeep_store::erase(&*bucket, &keys(), &a, &writer("n2"), &config())
+        .await
+        .unwrap();
+    assert_eq!(fence, 7, "six records, then the fence");
+    assert_eq!(
+        bucket.keys_under(&prefix),
+        [keys().actor_log(&a, 7), keys().actor_snapshot(&a, 7)],
+        "only the fence and its empty snapshot stay"
+    );
+
+    let late = event(&mut former, &["INSERT INTO t VALUES (99)"]).await;
+    assert!(
+        matches!(late, Err(Error::Fenced { seq: 7, .. })),
+        "got {late:?}"
+    );
+
+    let mut next = open(&bucket, &a, "n3").await;
+    assert_eq!(int(&mut next, "SELECT count(*) FROM sqlite_master"), 0);
+    event(
+        &mut next,
+        &["CREATE TABLE u (y)", "INSERT INTO u VALUES (1)"],
+    )
+    .await
+    .unwrap();
+    drop(next);
+    assert!(
+        bucket
+            .keys_under(&prefix)
+            .contains(&keys().actor_log(&a, 8))
+    );
+    let mut again = open(&bucket, &a, "n4").await;
+    assert_eq!(int(&mut again, "SELECT sum(y) FROM u"), 1);
+    assert_eq!(
+        int(
+            &mut again,
+            "SELECT count(*) FROM sqlite_master WHERE name = 't'"
+        ),
+        0
+    );
+}
+
 #[tokio::test]
 async fn a_lost_reply_is_settled_by_reading_the_record_back() {
     let bucket = Probe::new();

@@ -1,0 +1,117 @@
+//! Emptying an actor's database for good (`wasmkeep actor delete`, ADR 0055).
+//!
+//! Fencing rests on a log sequence number never being written twice: a
+//! former holder that was paused past its lease learns that it is stale
+//! when the record it writes next already exists. Deleting the log would
+//! free those numbers, and the former holder's next record would land and
+//! be restored on top of the actor's next life. So [`erase`] frees none: it
+//! extends the log with an empty record (a database of no pages) at the
+//! next free number, which fences every former writer, then writes an empty
+//! snapshot at that number, which leaves everything before it unread, and
+//! only then deletes what is before it. From then on the actor restores as
+//! an empty database whose log goes on after the fence; the actor's next
+//! life compacts the two small objects away like any others.
+
+use wasmkeep_bucket::Bucket;
+use wasmkeep_types::{ActorId, Keys};
+
+use crate::page::PageData;
+use crate::record::{self, Header, Kind};
+use crate::store::{FailureKind, Haste, delete_all, put_settled};
+use crate::{Error, Result, StoreConfig, WriterId};
+
+/// Fences tried while a former holder keeps extending the log (each of its
+/// records costs it a round trip, and it stops at its lease's end).
+const FENCE_ATTEMPTS_MAX: u32 = 8;
+
+/// Empties `actor`'s database in the bucket so that no former writer can
+/// add to it (see the module). The caller holds the actor's ownership
+/// record and has no store of it open. Returns the fence's sequence number,
+/// the last one of the erased log.
+pub async fn erase(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    actor: &ActorId,
+    writer: &WriterId,
+    config: &StoreConfig,
+) -> Result<u64> {
+    let mut attempts = 0;
+    let fence = loop {
+        attempts += 1;
+        let seq = newest_seq(bucket, keys, actor).await? + 1;
+        let key = keys.actor_log(actor, seq);
+        let body = empty(Kind::Log, seq, actor, writer);
+        match put_settled(bucket, &key, body, config, Haste::Hurried).await {
+            Ok(()) => break seq,
+            // A former holder's record landed since the listing.
+            Err(FailureKind::Fenced) if attempts < FENCE_ATTEMPTS_MAX => {}
+            Err(FailureKind::Fenced) => {
+                return Err(Error::Fenced {
+                    actor: actor.clone(),
+                    seq,
+                });
+            }
+            Err(FailureKind::Broken(reason)) => {
+                return Err(Error::Broken {
+                    actor: actor.clone(),
+                    seq,
+                    reason: format!("erase fence: {reason}"),
+                });
+            }
+        }
+    };
+    let key = keys.actor_snapshot(actor, fence);
+    let body = empty(Kind::Snapshot, fence, actor, writer);
+    if let Err(kind) = put_settled(bucket, &key, body, config, Haste::Hurried).await {
+        return Err(Error::Broken {
+            actor: actor.clone(),
+            seq: fence,
+            reason: format!("erase snapshot: {kind:?}"),
+        });
+    }
+    // Unread from now on: no need for the deletes to be durable.
+    let dead = bucket
+        .list_keys(&keys.actor_prefix(actor))
+        .await?
+        .into_iter()
+        .filter(|listed| seq_of(keys, actor, &listed.key).is_some_and(|s| s < fence))
+        .map(|listed| listed.key)
+        .collect();
+    delete_all(bucket, dead).await?;
+    Ok(fence)
+}
+
+/// The highest sequence number among the actor's log records and
+/// snapshots (0: none).
+async fn newest_seq(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> Result<u64> {
+    Ok(bucket
+        .list_keys(&keys.actor_prefix(actor))
+        .await?
+        .iter()
+        .filter_map(|listed| seq_of(keys, actor, &listed.key))
+        .max()
+        .unwrap_or(0))
+}
+
+/// The sequence number of a log record's or snapshot's key.
+fn seq_of(keys: &Keys, actor: &ActorId, key: &str) -> Option<u64> {
+    let ours = key.starts_with(&keys.actor_log_prefix(actor))
+        || key.starts_with(&keys.actor_snapshot_prefix(actor));
+    ours.then(|| Keys::parse_seq(key).ok()).flatten()
+}
+
+/// A record or snapshot of an empty database with no alarm.
+fn empty(kind: Kind, seq: u64, actor: &ActorId, writer: &WriterId) -> bytes::Bytes {
+    record::encode(
+        &Header {
+            kind,
+            seq,
+            db_pages: 0,
+            alarm_ms: None,
+            actor: &actor.to_string(),
+            node: &writer.node,
+            incarnation: &writer.incarnation,
+        },
+        std::iter::empty::<(u32, &PageData)>(),
+    )
+}
