@@ -121,6 +121,8 @@ impl SimBucket {
             truth.owner_applied(key, record);
         } else if created && key.contains("/log/") {
             truth.log_record_applied(key, &self.node);
+        } else if body.is_some() && key.contains("/snap/") {
+            truth.snapshot_applied(key);
         } else if body.is_none()
             && key.starts_with(&self.keys.moves_prefix())
             && let Ok((actor, target)) = self.keys.parse_move_key(key)
@@ -131,6 +133,11 @@ impl SimBucket {
                 &actor.to_string(),
                 target.as_str(),
             );
+        } else if body.is_none()
+            && key.starts_with(&self.keys.deletes_prefix())
+            && let Ok(actor) = self.keys.parse_delete_key(key)
+        {
+            truth.delete_key_removed(&self.node, &actor.to_string());
         }
     }
 }

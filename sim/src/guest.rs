@@ -200,10 +200,10 @@ impl GuestInstance for SimInstance {
                     .increment()
                     .map_err(|e| EventError::Trap(format!("increment: {e}")))?;
                 self.committing(&format!("event {body}"))?;
-                {
-                    let mut truth = self.ctx.truth.lock();
-                    *truth.attempted.entry(self.actor.to_string()).or_default() += 1;
-                }
+                self.ctx
+                    .truth
+                    .lock()
+                    .increment_committed(&self.actor.to_string());
                 Ok(text(200, n.to_string()))
             }
             "/alarm" => {

@@ -4,10 +4,10 @@
 //! is paused: time is virtual and jumps ahead whenever every task waits, so
 //! minutes of cluster life take milliseconds. Each node is a real
 //! `wasmkeep_server::Node`: its heartbeat loop, `ensure_owner`, mailboxes,
-//! alarm timer and sweep, drain and move code and signed node calls run
+//! alarm timer and sweep, drain, move and delete code and signed node calls run
 //! unchanged; time, randomness, the bucket, peer calls and the guest reach it
 //! through the server's traits. Every source of nondeterminism is drawn from
-//! the seed: the clients' events, the operator's drains, moves and alarms,
+//! the seed: the clients' events, the operator's drains, moves, deletes and alarms,
 //! the faults (bucket latency, unavailability, lost replies, partitions from
 //! the bucket and from the other nodes, crashes, pauses), node incarnations,
 //! network delays and losses. There is no real I/O and no other thread, and
@@ -142,8 +142,8 @@ pub struct SimConfig {
 }
 
 /// The operator's actions, drawn from the seed, as `wasmkeep node drain`,
-/// `node undrain` and `actor move` would do them (writing and deleting the
-/// control keys), and clients setting alarms.
+/// `node undrain`, `actor move` and `actor delete` would do them (writing
+/// and deleting the control keys), and clients setting alarms.
 #[derive(Debug, Clone)]
 pub struct OperatorConfig {
     pub steps: usize,
@@ -154,6 +154,9 @@ pub struct OperatorConfig {
     pub moves: bool,
     /// Move an alarm actor to a node and drain that node a moment later.
     pub moves_then_drain: bool,
+    /// Delete a counter actor (`wasmkeep actor delete`) while clients
+    /// increment it.
+    pub deletes: bool,
     /// Set an alarm on an alarm actor (one clients never increment), due
     /// up to `alarm_delay_max` ahead.
     pub alarms: bool,
@@ -171,6 +174,7 @@ impl OperatorConfig {
             drains: false,
             moves: false,
             moves_then_drain: false,
+            deletes: false,
             alarms: false,
             alarm_delay_max: Duration::from_secs(8),
             alarm_actors: 0,
@@ -185,6 +189,7 @@ impl OperatorConfig {
             drains: true,
             moves: true,
             moves_then_drain: true,
+            deletes: true,
             alarms: true,
             alarm_delay_max: Duration::from_secs(8),
             alarm_actors: 2,
@@ -716,13 +721,14 @@ async fn client_driver(world: Arc<World>) {
         let w = world.clone();
         requests.spawn(async move {
             let who = format!("n{index}");
+            let sent_ms = w.truth.lock().now_ms();
             let reply = w
                 .client_request(index, &actor, "/inc", id.to_string())
                 .await;
             let mut truth = w.truth.lock();
             match reply {
                 Some(reply) if reply.status == 200 => {
-                    *truth.acked.entry(actor.to_string()).or_default() += 1;
+                    truth.increment_acked(&actor.to_string(), sent_ms);
                     truth.log(
                         &who,
                         format!(
@@ -748,7 +754,7 @@ async fn client_driver(world: Arc<World>) {
     world.log("clients done");
 }
 
-/// The operator drains and undrains nodes, moves actors and sets alarms,
+/// The operator drains and undrains nodes, moves and deletes actors and sets alarms,
 /// at random gaps, until the clients are done.
 async fn operator_driver(world: Arc<World>) {
     let op = world.config.operator.clone();
@@ -759,6 +765,7 @@ async fn operator_driver(world: Arc<World>) {
         (op.moves, 1),
         (op.moves_then_drain && op.alarm_actors > 0, 2),
         (op.alarms && op.alarm_actors > 0, 3),
+        (op.deletes, 4),
     ] {
         if on {
             kinds.push(kind);
@@ -795,6 +802,10 @@ async fn operator_driver(world: Arc<World>) {
                     tokio::time::sleep(draw(&mut rng, world.config.heartbeat_period)).await;
                     drained = drain_or_undrain(&world, &*root, None, index).await;
                 }
+            }
+            4 => {
+                let actor = world.actor(rng.random_range(0..world.config.actors));
+                write_delete(&world, &*root, &actor).await;
             }
             _ => {
                 let actor = world.alarm_actor(rng.random_range(0..op.alarm_actors));
@@ -860,6 +871,26 @@ async fn drain_or_undrain(
                     Some(drained)
                 }
             }
+        }
+    }
+}
+
+/// Writes a delete key for `actor` (`wasmkeep actor delete`), unless one is
+/// there already.
+async fn write_delete(world: &World, root: &dyn Bucket, actor: &ActorId) {
+    let key = world.keys.delete_key(actor);
+    if root.head(&key).await.is_ok() {
+        return;
+    }
+    // Before the write: a node may carry the deletion out before the put
+    // returns.
+    world.truth.lock().delete_asked(&actor.to_string());
+    let body = bytes::Bytes::from(format!("delete asked at {}\n", world.wall_ms()));
+    match root.put(&key, body).await {
+        Ok(_) => world.log(format!("operator: delete {actor}")),
+        Err(e) => {
+            world.truth.lock().delete_not_asked(&actor.to_string());
+            world.log(format!("operator: delete {actor} failed: {e}"));
         }
     }
 }

@@ -9,7 +9,10 @@
 //! - **lease truth** (`check_commit`): a node commits only before its
 //!   lease's true end, the last applied heartbeat write of its incarnation
 //!   plus the TTL (observers may call it expired from then on, plus margin);
-//! - **one writer per log record** (`log_record_applied`);
+//! - **one writer per log record** (`log_record_applied`): a record a
+//!   restore would read is created once (one at or below a durable
+//!   snapshot is never read: a compaction or a delete removed it, and a
+//!   paused former holder may create it again harmlessly);
 //! - **no acknowledged write lost** ([`Truth::check_counter`], at the end);
 //! - **every committed alarm fires** ([`Truth::check_alarms`], at the end,
 //!   after the faults healed): an alarm whose setting was acknowledged, and
@@ -20,7 +23,12 @@
 //!   (`World::take_found_sender_holding`), and when the old owner deletes a
 //!   move key the actor is not held by that old owner
 //!   ([`Truth::move_key_deleted`]);
-//! - **a drained node holds nothing** (checked by the harness at the end).
+//! - **a drained node holds nothing** (checked by the harness at the end);
+//! - **a deletion is total and final** ([`Truth::check_counter`], at the
+//!   end): an actor deleted by `wasmkeep actor delete` counts no increment
+//!   that committed before the delete was asked, and every increment
+//!   acknowledged to a request sent after the deletion ended; the deletion
+//!   ends once the faults healed.
 //!
 //! Every decision and outcome also goes into the trace, whose digest shows
 //! that a seed reproduces its run exactly.
@@ -47,6 +55,16 @@ pub const ALARM_LOST: &str = "committed alarm never fired:";
 pub const ALARM_LATE: &str = "committed alarm fired late:";
 pub const MOVE_UNDONE: &str = "move ended on the old owner:";
 pub const DRAINED_HOLDS: &str = "drained node holds actors:";
+pub const DELETE_UNDONE: &str = "a deleted actor's write came back:";
+pub const DELETE_UNFINISHED: &str = "delete never finished:";
+
+/// One `wasmkeep actor delete`: when the operator asked (before its key was
+/// written) and when a node removed the key (the deletion ended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Deletion {
+    asked_ms: u128,
+    done_ms: Option<u128>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerRecord {
@@ -68,10 +86,19 @@ pub struct Truth {
     owners: BTreeMap<String, OwnerRecord>,
     /// Log record key -> the node whose write created it.
     log_writers: BTreeMap<String, String>,
+    /// Actor data prefix -> the newest snapshot that applied (restores
+    /// read no log record at or below it).
+    snapshots: BTreeMap<String, u64>,
     /// Actor -> increments acknowledged to a client.
     pub acked: BTreeMap<String, u64>,
     /// Actor -> increments whose transaction committed (acknowledged or not).
     pub attempted: BTreeMap<String, u64>,
+    /// Actor -> the virtual ms of each increment's commit.
+    commit_ms: BTreeMap<String, Vec<u128>>,
+    /// Actor -> the virtual ms each acknowledged increment's request was sent.
+    ack_sent_ms: BTreeMap<String, Vec<u128>>,
+    /// Actor -> its deletions, in order.
+    deletions: BTreeMap<String, Vec<Deletion>>,
     /// Actor -> every alarm time a guest set, in order, with the virtual ms
     /// it was set at.
     alarm_sets: BTreeMap<String, Vec<(i64, u128)>>,
@@ -102,8 +129,12 @@ impl Truth {
             heartbeats: BTreeMap::new(),
             owners: BTreeMap::new(),
             log_writers: BTreeMap::new(),
+            snapshots: BTreeMap::new(),
             acked: BTreeMap::new(),
             attempted: BTreeMap::new(),
+            commit_ms: BTreeMap::new(),
+            ack_sent_ms: BTreeMap::new(),
+            deletions: BTreeMap::new(),
             alarm_sets: BTreeMap::new(),
             alarm_acks: BTreeMap::new(),
             alarm_fires: BTreeMap::new(),
@@ -185,9 +216,24 @@ impl Truth {
         }
     }
 
+    /// A snapshot `.../<actor>/snap/<seq>` applied.
+    pub fn snapshot_applied(&mut self, key: &str) {
+        if let Some((actor, seq)) = split_seq(key, "/snap/") {
+            let newest = self.snapshots.entry(actor.to_owned()).or_default();
+            *newest = (*newest).max(seq);
+        }
+    }
+
+    /// A log record `.../<actor>/log/<seq>` was created by `node`.
     pub fn log_record_applied(&mut self, key: &str, node: &str) {
+        let unread = split_seq(key, "/log/").is_some_and(|(actor, seq)| {
+            self.snapshots
+                .get(actor)
+                .is_some_and(|snapshot| seq <= *snapshot)
+        });
         if let Some(first) = self.log_writers.get(key)
             && first != node
+            && !unread
         {
             let first = first.clone();
             self.violation(format!(
@@ -243,6 +289,55 @@ impl Truth {
     /// The newest ownership record that applied for `owner_key`.
     pub fn owner(&self, owner_key: &str) -> Option<&OwnerRecord> {
         self.owners.get(owner_key)
+    }
+
+    /// An increment of `actor` committed on its node now.
+    pub fn increment_committed(&mut self, actor: &str) {
+        let now = self.now_ms();
+        *self.attempted.entry(actor.to_owned()).or_default() += 1;
+        self.commit_ms
+            .entry(actor.to_owned())
+            .or_default()
+            .push(now);
+    }
+
+    /// An increment of `actor` sent at `sent_ms` was acknowledged.
+    pub fn increment_acked(&mut self, actor: &str, sent_ms: u128) {
+        *self.acked.entry(actor.to_owned()).or_default() += 1;
+        self.ack_sent_ms
+            .entry(actor.to_owned())
+            .or_default()
+            .push(sent_ms);
+    }
+
+    /// The operator is about to write a delete key for `actor`.
+    pub fn delete_asked(&mut self, actor: &str) {
+        let now = self.now_ms();
+        self.deletions
+            .entry(actor.to_owned())
+            .or_default()
+            .push(Deletion {
+                asked_ms: now,
+                done_ms: None,
+            });
+    }
+
+    /// The operator's delete key for `actor` could not be written.
+    pub fn delete_not_asked(&mut self, actor: &str) {
+        if let Some(deletions) = self.deletions.get_mut(actor) {
+            deletions.pop();
+        }
+    }
+
+    /// A node removed the delete key of `actor`: the deletion ended.
+    pub fn delete_key_removed(&mut self, node: &str, actor: &str) {
+        let now = self.now_ms();
+        self.log(node, format!("removed the delete key of {actor}"));
+        if let Some(last) = self.deletions.get_mut(actor).and_then(|d| d.last_mut())
+            && last.done_ms.is_none()
+        {
+            last.done_ms = Some(now);
+        }
     }
 
     pub fn alarm_set_attempted(&mut self, actor: &str, at_ms: i64) {
@@ -363,8 +458,15 @@ impl Truth {
     }
 
     /// At the end: the counter read through a fresh store must count every
-    /// acknowledged increment and no increment that never committed.
+    /// acknowledged increment and no increment that never committed. For
+    /// a deleted actor: none that committed before its last delete was
+    /// asked, and every one acknowledged to a request sent after that
+    /// delete ended.
     pub fn check_counter(&mut self, actor: &str, found: u64) {
+        if let Some(last) = self.deletions.get(actor).and_then(|d| d.last()).copied() {
+            self.check_deleted_counter(actor, found, last);
+            return;
+        }
         let acked = self.acked.get(actor).copied().unwrap_or(0);
         let attempted = self.attempted.get(actor).copied().unwrap_or(0);
         self.log(
@@ -382,4 +484,43 @@ impl Truth {
             ));
         }
     }
+
+    fn check_deleted_counter(&mut self, actor: &str, found: u64, last: Deletion) {
+        let Some(done_ms) = last.done_ms else {
+            self.violation(format!(
+                "{DELETE_UNFINISHED} the delete of {actor} asked at {} ms still stands after the faults healed",
+                last.asked_ms
+            ));
+            return;
+        };
+        let count = |times: Option<&Vec<u128>>, keep: &dyn Fn(u128) -> bool| {
+            times.map_or(0, |t| t.iter().filter(|ms| keep(**ms)).count()) as u64
+        };
+        let since_asked = count(self.commit_ms.get(actor), &|ms| ms >= last.asked_ms);
+        let acked_after = count(self.ack_sent_ms.get(actor), &|ms| ms > done_ms);
+        self.log(
+            "CHECK",
+            format!(
+                "{actor}: counter {found}, deleted from {} to {done_ms} ms; acknowledged after {acked_after}, committed since asked {since_asked}",
+                last.asked_ms
+            ),
+        );
+        if found < acked_after {
+            self.violation(format!(
+                "{WRITE_LOST} {actor} counts {found} but {acked_after} increments sent after its deletion ended ({done_ms} ms) were acknowledged"
+            ));
+        }
+        if found > since_asked {
+            self.violation(format!(
+                "{DELETE_UNDONE} {actor} counts {found} but only {since_asked} increments committed since its delete was asked ({} ms)",
+                last.asked_ms
+            ));
+        }
+    }
+}
+
+/// Splits `.../<actor><marker><seq>` into the actor's prefix and the seq.
+fn split_seq<'k>(key: &'k str, marker: &str) -> Option<(&'k str, u64)> {
+    let (actor, seq) = key.rsplit_once(marker)?;
+    Some((actor, seq.parse().ok()?))
 }

@@ -2,7 +2,7 @@
 //! `wasmkeep_server::Node`s with skewed wall clocks, a slow, failing,
 //! reply-losing, partitioning bucket, a lossy, partitioning network, crashes
 //! and pauses, clients incrementing counters, and an operator draining
-//! nodes, moving actors and setting alarms. The checkers of
+//! nodes, moving and deleting actors and setting alarms. The checkers of
 //! `wasmkeep_sim::truth` run at every commit and at the end.
 //!
 //! `SIM_SEED=<n>` replays one seed, `SIM_SEEDS=a..b` runs a range,
@@ -101,6 +101,7 @@ fn drain_under_concurrent_events_with_an_alarm_due() {
             operator: OperatorConfig {
                 moves: false,
                 moves_then_drain: false,
+                deletes: false,
                 ..OperatorConfig::mixed()
             },
             ..SimConfig::default()
@@ -122,6 +123,31 @@ fn move_under_concurrent_events_with_an_alarm_due() {
             operator: OperatorConfig {
                 drains: false,
                 moves_then_drain: false,
+                deletes: false,
+                ..OperatorConfig::mixed()
+            },
+            ..SimConfig::default()
+        },
+        &[],
+    );
+}
+
+/// Deletes (`wasmkeep actor delete`) of actors clients keep incrementing,
+/// with moves of the same actors, under every fault: a deleted actor counts
+/// nothing committed before its delete was asked and everything
+/// acknowledged after its deletion ended, and every delete ends once the
+/// faults healed (a node that crashes mid-delete leaves it to the next).
+#[test]
+fn delete_under_concurrent_events_moves_and_faults() {
+    run_seeds(
+        "delete_under_concurrent_events_moves_and_faults",
+        CI_SEEDS_OPERATOR,
+        |seed| SimConfig {
+            seed,
+            operator: OperatorConfig {
+                drains: false,
+                moves_then_drain: false,
+                alarms: false,
                 ..OperatorConfig::mixed()
             },
             ..SimConfig::default()
@@ -131,8 +157,8 @@ fn move_under_concurrent_events_with_an_alarm_due() {
 }
 
 /// Everything at once: drains, moves (some to a node asked to drain a
-/// moment later), alarms, crashes, pauses, bucket and network partitions,
-/// a slow and flaky bucket.
+/// moment later), deletes, alarms, crashes, pauses, bucket and network
+/// partitions, a slow and flaky bucket.
 #[test]
 fn mixed_drains_moves_crashes_partitions() {
     run_seeds(
