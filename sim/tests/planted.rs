@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use wasmkeep_cluster::planted;
-use wasmkeep_sim::truth::{ALARM_LATE, LEASE_TRUTH, MOVE_UNDONE};
+use wasmkeep_sim::truth::{ALARM_LATE, LEASE_TRUTH, MOVE_UNDONE, ONE_WRITER};
 use wasmkeep_sim::{
     FaultConfig, OperatorConfig, SimConfig, SimReport, logs_from_env, repro_command, run,
     seeds_from_env,
@@ -184,6 +184,37 @@ fn planted_forget_alarm_before_take_is_caught() {
     );
 }
 
+/// Deletes and moves of busy actors under every fault (pauses included): a
+/// holder paused past its lease wakes with a record in flight after its
+/// actor was taken over and deleted.
+fn deletes_under_faults(seed: u64) -> SimConfig {
+    SimConfig {
+        seed,
+        operator: OperatorConfig {
+            drains: false,
+            moves_then_drain: false,
+            alarms: false,
+            ..OperatorConfig::mixed()
+        },
+        ..SimConfig::default()
+    }
+}
+
+/// `actor delete` frees the log's numbers: the actor's next life writes
+/// record 1 again (one writer per record fires at seed 0), and a former
+/// holder's in-flight record can land in that life (a deleted actor's write
+/// came back: seed 367 of 0..400, too rare to wait for here).
+#[test]
+fn planted_erase_frees_numbers_is_caught() {
+    caught_within_bounded_seeds(
+        "ERASE_FREES_NUMBERS",
+        "planted_erase_frees_numbers_is_caught",
+        &planted::ERASE_FREES_NUMBERS,
+        ONE_WRITER,
+        deletes_under_faults,
+    );
+}
+
 /// The conditions the planted mistakes need, without them: no checker fires
 /// (so what catches a mistake is the mistake).
 #[test]
@@ -195,6 +226,7 @@ fn without_planted_bugs_their_scenarios_are_clean() {
         for (name, config) in [
             ("busy_moves", busy_moves(seed)),
             ("moves_with_lost_takes", moves_with_lost_takes(seed)),
+            ("deletes_under_faults", deletes_under_faults(seed)),
         ] {
             let report = run(&config).expect("the runtime starts");
             assert!(

@@ -9,6 +9,7 @@ mod switches {
     pub static LEASE_FROM_REPLY: AtomicBool = AtomicBool::new(false);
     pub static HIBERNATE_AFTER_RELEASE: AtomicBool = AtomicBool::new(false);
     pub static FORGET_ALARM_BEFORE_TAKE: AtomicBool = AtomicBool::new(false);
+    pub static ERASE_FREES_NUMBERS: AtomicBool = AtomicBool::new(false);
 
     pub fn get(flag: &AtomicBool) -> bool {
         flag.load(Ordering::Relaxed)
@@ -20,7 +21,9 @@ mod switches {
 }
 
 #[cfg(feature = "planted-bugs")]
-pub use switches::{FORGET_ALARM_BEFORE_TAKE, HIBERNATE_AFTER_RELEASE, LEASE_FROM_REPLY, set};
+pub use switches::{
+    ERASE_FREES_NUMBERS, FORGET_ALARM_BEFORE_TAKE, HIBERNATE_AFTER_RELEASE, LEASE_FROM_REPLY, set,
+};
 
 /// Bug: the owner counts its lease from the renewal's reply, not its request.
 pub fn lease_from_reply() -> bool {
@@ -52,6 +55,19 @@ pub fn forget_alarm_before_take() -> bool {
     #[cfg(feature = "planted-bugs")]
     {
         switches::get(&switches::FORGET_ALARM_BEFORE_TAKE)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
+    }
+}
+
+/// Bug (ADR 0055's first version): `actor delete` deletes the whole log,
+/// freeing its sequence numbers for a former holder's in-flight record.
+pub fn erase_frees_numbers() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        switches::get(&switches::ERASE_FREES_NUMBERS)
     }
     #[cfg(not(feature = "planted-bugs"))]
     {

@@ -116,15 +116,25 @@ pub(crate) async fn delete_data(node: &Node, actor: &ActorId) -> Result<()> {
         node: node.node_id.to_string(),
         incarnation: node.lease.incarnation(),
     };
-    wasmkeep_store::erase(
-        &*node.bucket,
-        &node.keys,
-        actor,
-        &writer,
-        &node.store_config,
-    )
-    .await
-    .map_err(|e| crate::Error::Store(e.to_string()))?;
+    if wasmkeep_cluster::planted::erase_frees_numbers() {
+        for listed in node
+            .bucket
+            .list_keys(&node.keys.actor_prefix(actor))
+            .await?
+        {
+            node.bucket.delete(&listed.key).await?;
+        }
+    } else {
+        wasmkeep_store::erase(
+            &*node.bucket,
+            &node.keys,
+            actor,
+            &writer,
+            &node.store_config,
+        )
+        .await
+        .map_err(|e| crate::Error::Store(e.to_string()))?;
+    }
     node.bucket.delete(&node.keys.alarm(actor)).await?;
     node.timer.clear(actor);
     Ok(())
