@@ -181,7 +181,17 @@ impl OperatorConfig {
         }
     }
 
-    /// Drains, moves and alarms mixed.
+    /// Deletes and moves of the clients' actors, nothing else.
+    pub fn deletes_and_moves() -> Self {
+        Self {
+            drains: false,
+            moves_then_drain: false,
+            alarms: false,
+            ..Self::mixed()
+        }
+    }
+
+    /// Drains, moves, deletes and alarms mixed.
     pub fn mixed() -> Self {
         Self {
             steps: 30,
@@ -674,8 +684,8 @@ async fn run_in_runtime(config: SimConfig) -> SimReport {
         trace: truth.trace().to_vec(),
         violations: truth.violations().to_vec(),
         violations_total: truth.violations_total(),
-        acknowledged: truth.acked.values().sum(),
-        committed: truth.attempted.values().sum(),
+        acknowledged: truth.acknowledged_total(),
+        committed: truth.committed_total(),
         simulated,
     }
 }

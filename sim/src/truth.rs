@@ -89,13 +89,11 @@ pub struct Truth {
     /// Actor data prefix -> the newest snapshot that applied (restores
     /// read no log record at or below it).
     snapshots: BTreeMap<String, u64>,
-    /// Actor -> increments acknowledged to a client.
-    pub acked: BTreeMap<String, u64>,
-    /// Actor -> increments whose transaction committed (acknowledged or not).
-    pub attempted: BTreeMap<String, u64>,
-    /// Actor -> the virtual ms of each increment's commit.
+    /// Actor -> the virtual ms of each increment whose transaction
+    /// committed (acknowledged or not).
     commit_ms: BTreeMap<String, Vec<u128>>,
-    /// Actor -> the virtual ms each acknowledged increment's request was sent.
+    /// Actor -> the virtual ms each increment acknowledged to a client was
+    /// sent.
     ack_sent_ms: BTreeMap<String, Vec<u128>>,
     /// Actor -> its deletions, in order.
     deletions: BTreeMap<String, Vec<Deletion>>,
@@ -130,8 +128,6 @@ impl Truth {
             owners: BTreeMap::new(),
             log_writers: BTreeMap::new(),
             snapshots: BTreeMap::new(),
-            acked: BTreeMap::new(),
-            attempted: BTreeMap::new(),
             commit_ms: BTreeMap::new(),
             ack_sent_ms: BTreeMap::new(),
             deletions: BTreeMap::new(),
@@ -294,7 +290,6 @@ impl Truth {
     /// An increment of `actor` committed on its node now.
     pub fn increment_committed(&mut self, actor: &str) {
         let now = self.now_ms();
-        *self.attempted.entry(actor.to_owned()).or_default() += 1;
         self.commit_ms
             .entry(actor.to_owned())
             .or_default()
@@ -303,11 +298,20 @@ impl Truth {
 
     /// An increment of `actor` sent at `sent_ms` was acknowledged.
     pub fn increment_acked(&mut self, actor: &str, sent_ms: u128) {
-        *self.acked.entry(actor.to_owned()).or_default() += 1;
         self.ack_sent_ms
             .entry(actor.to_owned())
             .or_default()
             .push(sent_ms);
+    }
+
+    /// Increments acknowledged to clients, over every actor.
+    pub fn acknowledged_total(&self) -> u64 {
+        self.ack_sent_ms.values().map(Vec::len).sum::<usize>() as u64
+    }
+
+    /// Increments whose transaction committed, over every actor.
+    pub fn committed_total(&self) -> u64 {
+        self.commit_ms.values().map(Vec::len).sum::<usize>() as u64
     }
 
     /// The operator is about to write a delete key for `actor`.
@@ -467,8 +471,10 @@ impl Truth {
             self.check_deleted_counter(actor, found, last);
             return;
         }
-        let acked = self.acked.get(actor).copied().unwrap_or(0);
-        let attempted = self.attempted.get(actor).copied().unwrap_or(0);
+        let count =
+            |times: &BTreeMap<String, Vec<u128>>| times.get(actor).map_or(0, Vec::len) as u64;
+        let acked = count(&self.ack_sent_ms);
+        let attempted = count(&self.commit_ms);
         self.log(
             "CHECK",
             format!("{actor}: counter {found}, acknowledged {acked}, committed {attempted}"),

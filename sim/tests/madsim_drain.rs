@@ -144,12 +144,7 @@ fn delete_under_concurrent_events_moves_and_faults() {
         CI_SEEDS_OPERATOR,
         |seed| SimConfig {
             seed,
-            operator: OperatorConfig {
-                drains: false,
-                moves_then_drain: false,
-                alarms: false,
-                ..OperatorConfig::mixed()
-            },
+            operator: OperatorConfig::deletes_and_moves(),
             ..SimConfig::default()
         },
         &[],

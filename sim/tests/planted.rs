@@ -190,12 +190,7 @@ fn planted_forget_alarm_before_take_is_caught() {
 fn deletes_under_faults(seed: u64) -> SimConfig {
     SimConfig {
         seed,
-        operator: OperatorConfig {
-            drains: false,
-            moves_then_drain: false,
-            alarms: false,
-            ..OperatorConfig::mixed()
-        },
+        operator: OperatorConfig::deletes_and_moves(),
         ..SimConfig::default()
     }
 }
