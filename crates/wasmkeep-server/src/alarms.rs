@@ -153,13 +153,30 @@ impl AlarmTimer {
         }
     }
 
-    /// The retry count of the actor's scheduled entry, if it is a delivery
-    /// of the alarm committed for `scheduled_ms`.
-    pub fn retry_pending(&self, actor: &ActorId, scheduled_ms: i64) -> Option<u32> {
+    /// The retry count and due time of the actor's scheduled entry, if it
+    /// is a delivery of the alarm committed for `scheduled_ms`.
+    pub fn retry_pending(&self, actor: &ActorId, scheduled_ms: i64) -> Option<(u32, i64)> {
         let state = self.state.lock();
         let due = state.by_actor.get(actor)?;
         let fire = state.due.get(&(*due, actor.clone()))?;
-        (fire.scheduled_ms == scheduled_ms).then_some(fire.retry_count)
+        (fire.scheduled_ms == scheduled_ms).then_some((fire.retry_count, *due))
+    }
+
+    /// Schedules a retry handed over by the actor's former holder, at its
+    /// own due time, unless this node already knows of a delivery of the
+    /// same alarm that is as far along. An entry of another alarm stays: it
+    /// is the actor's committed alarm here (the mailbox runs only that one).
+    pub fn adopt_retry(&self, fire: Fire, due_ms: i64) {
+        let known = self
+            .state
+            .lock()
+            .registered(&fire.actor)
+            .map(|known| (known.scheduled_ms, known.retry_count));
+        match known {
+            Some((scheduled_ms, _)) if scheduled_ms != fire.scheduled_ms => {}
+            Some((_, retry_count)) if retry_count >= fire.retry_count => {}
+            _ => self.set(due_ms, fire),
+        }
     }
 
     /// Whether the actor has an entry or a delivery in flight.
@@ -307,7 +324,7 @@ mod tests {
                 retry_count: 2,
             },
         );
-        assert_eq!(timer.retry_pending(&actor("a"), 1), Some(2));
+        assert_eq!(timer.retry_pending(&actor("a"), 1), Some((2, 5)));
         assert_eq!(timer.retry_pending(&actor("a"), 7), None);
         assert_eq!(timer.retry_pending(&actor("b"), 1), None);
         timer.set_if_absent(actor("a"), 1);
@@ -332,13 +349,41 @@ mod tests {
         assert!(timer.take_due(i64::MAX).0.is_empty());
         // A different alarm is armed at once.
         timer.follow(&actor("a"), Some(3));
-        assert_eq!(timer.retry_pending(&actor("a"), 3), Some(0));
+        assert_eq!(timer.retry_pending(&actor("a"), 3), Some((0, 3)));
         timer.clear(&actor("a"));
         // Once arrived, the alarm it carried is armed afresh when followed.
         timer.arrived(&retry);
         assert!(!timer.contains(&actor("a")));
         timer.follow(&actor("a"), Some(1));
-        assert_eq!(timer.retry_pending(&actor("a"), 1), Some(0));
+        assert_eq!(timer.retry_pending(&actor("a"), 1), Some((0, 1)));
+    }
+
+    #[test]
+    fn a_handed_over_retry_keeps_its_count_and_time() {
+        let timer = AlarmTimer::new(Arc::new(wasmkeep_cluster::SystemClock));
+        let retry = |retry_count| Fire {
+            actor: actor("a"),
+            scheduled_ms: 1,
+            retry_count,
+        };
+        // The activation armed the committed alarm's first delivery; the
+        // hand-over's retry 2, due at 9, replaces it.
+        timer.follow(&actor("a"), Some(1));
+        timer.adopt_retry(retry(2), 9);
+        assert_eq!(timer.retry_pending(&actor("a"), 1), Some((2, 9)));
+        assert!(timer.take_due(8).0.is_empty());
+        // A delivery as far along, or further, stays as it is.
+        timer.adopt_retry(retry(1), 4);
+        timer.adopt_retry(retry(2), 5);
+        assert_eq!(timer.retry_pending(&actor("a"), 1), Some((2, 9)));
+        // So does another committed alarm: the mailbox runs only that one.
+        timer.follow(&actor("a"), Some(7));
+        timer.adopt_retry(retry(3), 5);
+        assert_eq!(timer.retry_pending(&actor("a"), 7), Some((0, 7)));
+        // With nothing registered, the retry is scheduled at its time.
+        timer.clear(&actor("a"));
+        timer.adopt_retry(retry(3), 5);
+        assert_eq!(timer.take_due(5).0, [retry(3)]);
     }
 
     #[tokio::test]

@@ -26,6 +26,10 @@ pub const MARKER_FORWARDED: &str = "x-wasmkeep-forwarded";
 pub const MARKER_CALL_CHAIN: &str = "x-wasmkeep-call-chain";
 /// Marker: an alarm handed off by another node (its scheduled ms).
 pub const MARKER_ALARM: &str = "x-wasmkeep-alarm";
+/// Marker beside [`MARKER_ALARM`]: the delivery's retry count and due time
+/// (wall ms), `"COUNT DUE"`. A node without it delivers the alarm at once
+/// as its first attempt.
+pub const MARKER_ALARM_RETRY: &str = "x-wasmkeep-alarm-retry";
 /// Marker: take the actor (ADR 0017); the signed body names the tenant.
 pub const MARKER_TAKE: &str = "x-wasmkeep-take";
 /// Response header on a 503 from a draining node that no longer holds the
@@ -119,6 +123,8 @@ pub struct Markers {
     pub forwarded: bool,
     pub call_chain: Option<Vec<ActorId>>,
     pub alarm_ms: Option<i64>,
+    /// A handed-off alarm's retry count and due time.
+    pub alarm_retry: Option<(u32, i64)>,
     /// A take call (ADR 0017).
     pub take: bool,
 }
@@ -171,6 +177,13 @@ pub fn judge(
             Markers {
                 forwarded: find(MARKER_FORWARDED) == Some("1"),
                 alarm_ms: find(MARKER_ALARM).and_then(|v| v.parse().ok()),
+                alarm_retry: find(MARKER_ALARM_RETRY).and_then(|v| match parse_retry(v) {
+                    Some(retry) => Some(retry),
+                    None => {
+                        tracing::warn!(%from, value = v, "ignoring an alarm retry marker that does not parse");
+                        None
+                    }
+                }),
                 take: find(MARKER_TAKE) == Some("1"),
                 call_chain,
                 from: Some(from),
@@ -183,6 +196,12 @@ pub fn judge(
             Markers::default()
         }
     }
+}
+
+/// Reads [`MARKER_ALARM_RETRY`]'s `"COUNT DUE"`.
+fn parse_retry(value: &str) -> Option<(u32, i64)> {
+    let (count, due) = value.split_once(' ')?;
+    Some((count.parse().ok()?, due.parse().ok()?))
 }
 
 fn log_refused(reason: &str) {
@@ -332,30 +351,20 @@ pub(crate) fn peer_failed(node: &Node, actor: &ActorId, peer: &NodeId, reason: &
     ))
 }
 
-/// Hands an alarm that fired here to the node that holds the actor: a signed
-/// POST to the actor's path with the alarm marker. On success the alarm is
-/// no longer this node's concern.
+/// Hands an alarm to the node that holds the actor: a signed POST to the
+/// actor's path with the alarm markers (its time, retry count and due
+/// time). On success the alarm is no longer this node's concern.
 pub async fn hand_off_alarm(
     node: &Arc<Node>,
-    actor: &ActorId,
     peer: &NodeId,
-    scheduled_ms: i64,
+    fire: &crate::alarms::Fire,
+    due_ms: i64,
 ) -> Result<()> {
+    let actor = &fire.actor;
     let url = match node.ensure_owner(actor).await? {
         Owner::Elsewhere { url, .. } => url,
         // Came back here meanwhile: deliver locally.
-        Owner::Local(_) => {
-            return node
-                .send_event(
-                    actor,
-                    crate::mailbox::Job::Alarm(crate::alarms::Fire {
-                        actor: actor.clone(),
-                        scheduled_ms,
-                        retry_count: 0,
-                    }),
-                )
-                .await;
-        }
+        Owner::Local(_) => return Box::pin(node.alarm_here(fire.clone(), due_ms)).await,
     };
     let client = transport(node, actor, peer)?;
     let call = PeerCall {
@@ -363,7 +372,13 @@ pub async fn hand_off_alarm(
         path: format!("{}/", actor_path(actor)),
         query: String::new(),
         headers: Vec::new(),
-        markers: vec![(MARKER_ALARM.to_owned(), scheduled_ms.to_string())],
+        markers: vec![
+            (MARKER_ALARM.to_owned(), fire.scheduled_ms.to_string()),
+            (
+                MARKER_ALARM_RETRY.to_owned(),
+                format!("{} {due_ms}", fire.retry_count),
+            ),
+        ],
         body: Bytes::new(),
         timeout: ALARM_HAND_OFF_TIME_MAX.max(node.config.limits.event_time_max),
     };
@@ -372,7 +387,7 @@ pub async fn hand_off_alarm(
     match client.send(&url, call, HAND_OFF_ANSWER_BYTES_MAX).await {
         Ok(reply) if (200..300).contains(&reply.status) => {
             node.metrics.alarm_hand_offs.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%actor, %peer, scheduled_ms, "alarm handed off");
+            tracing::debug!(%actor, %peer, scheduled_ms = fire.scheduled_ms, retry_count = fire.retry_count, "alarm handed off");
             Ok(())
         }
         Ok(reply) => Err(Error::unavailable(format!(
@@ -397,15 +412,28 @@ pub async fn node_call(
         ));
     }
     if let Some(scheduled_ms) = markers.alarm_ms {
-        Box::pin(receive_alarm(node, actor, scheduled_ms)).await?;
+        Box::pin(receive_alarm(
+            node,
+            actor,
+            scheduled_ms,
+            markers.alarm_retry,
+        ))
+        .await?;
         return Ok(Some(crate::moves::NodeAnswer::new(200, "alarm armed")));
     }
     Ok(None)
 }
 
 /// The receiving side of a hand-off: activate the actor here (if no other
-/// node holds it) and arm the alarm unless an earlier one is registered.
-pub async fn receive_alarm(node: &Arc<Node>, actor: &ActorId, scheduled_ms: i64) -> Result<()> {
+/// node holds it) and arm the alarm unless a delivery of it as far along
+/// (or of another committed alarm) is registered. `retry`: the delivery's
+/// retry count and due time, when the sender said.
+pub async fn receive_alarm(
+    node: &Arc<Node>,
+    actor: &ActorId,
+    scheduled_ms: i64,
+    retry: Option<(u32, i64)>,
+) -> Result<()> {
     // The sender found this node named as the holder: the record decides,
     // not a hint of ours.
     node.forget_hints(actor);
@@ -413,9 +441,15 @@ pub async fn receive_alarm(node: &Arc<Node>, actor: &ActorId, scheduled_ms: i64)
         Owner::Local(_) => {
             // Activation armed the committed alarm; the mailbox runs a
             // delivery only if it matches the committed one.
-            if !node.timer.contains(actor) {
-                node.timer.set_if_absent(actor.clone(), scheduled_ms);
-            }
+            let (retry_count, due_ms) = retry.unwrap_or((0, scheduled_ms));
+            node.timer.adopt_retry(
+                crate::alarms::Fire {
+                    actor: actor.clone(),
+                    scheduled_ms,
+                    retry_count,
+                },
+                due_ms,
+            );
             Ok(())
         }
         Owner::Elsewhere { peer, .. } => Err(Error::unavailable(format!(
@@ -693,6 +727,15 @@ mod tests {
         assert_eq!(decode_chain(&text).expect("decodes"), chain);
         assert!(decode_chain("demo/ks").is_err());
         assert!(decode_chain("%FF").is_err());
+    }
+
+    #[test]
+    fn alarm_retry_markers_parse_count_then_due_time() {
+        assert_eq!(parse_retry("2 1764900000000"), Some((2, 1_764_900_000_000)));
+        assert_eq!(parse_retry("0 -5"), Some((0, -5)));
+        for bad in ["", "2", "2 ", " 5", "-1 5", "2 5 6", "x 5", "2 5.0"] {
+            assert_eq!(parse_retry(bad), None, "{bad:?}");
+        }
     }
 
     fn answer(status: u16, headers: &[(&str, &str)]) -> Response {

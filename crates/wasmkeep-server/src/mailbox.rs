@@ -589,7 +589,7 @@ async fn run_alarm(
     if node
         .timer
         .retry_pending(actor, fire.scheduled_ms)
-        .is_some_and(|pending| pending > fire.retry_count)
+        .is_some_and(|(pending, _)| pending > fire.retry_count)
     {
         // A later retry of this same alarm is already scheduled: this is a
         // stale delivery (a first one armed afresh while a retry was
@@ -842,12 +842,21 @@ async fn hand_over(
     {
         // The alarm goes to the peer now (signed hand-off), so it fires
         // there on time; a failed hand-off is retried from this node's timer.
+        // A retry in backoff goes with its count and due time, so the
+        // peer neither starts the retries over nor runs it early.
+        let (retry_count, due_ms) = node
+            .timer
+            .retry_pending(&stub.id, scheduled_ms)
+            .unwrap_or((0, scheduled_ms));
         node.timer.clear(&stub.id);
-        node.deliver_alarm(Fire {
-            actor: stub.id.clone(),
-            scheduled_ms,
-            retry_count: 0,
-        });
+        node.deliver_alarm_at(
+            Fire {
+                actor: stub.id.clone(),
+                scheduled_ms,
+                retry_count,
+            },
+            due_ms,
+        );
     }
     tracing::debug!(actor = %stub.id, ?leave, "handed over");
     None

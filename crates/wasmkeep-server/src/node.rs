@@ -1122,12 +1122,20 @@ impl Node {
     /// activating the actor if needed, or is handed off to the node that
     /// holds the actor.
     pub(crate) fn deliver_alarm(self: &Arc<Self>, fire: Fire) {
+        let due_ms = self.clock.wall_ms();
+        self.deliver_alarm_at(fire, due_ms);
+    }
+
+    /// [`Node::deliver_alarm`] for a delivery due at `due_ms`, which may be
+    /// later: the alarm of an actor this node hands over keeps its retry
+    /// count and backoff on the next holder.
+    pub(crate) fn deliver_alarm_at(self: &Arc<Self>, fire: Fire, due_ms: i64) {
         let node = Arc::clone(self);
         tokio::spawn(async move {
             let actor = fire.actor.clone();
-            let mut sent = node.send_event(&actor, Job::Alarm(fire.clone())).await;
+            let mut sent = node.alarm_here(fire.clone(), due_ms).await;
             if let Err(Error::HeldElsewhere { node: peer }) = &sent {
-                sent = cluster::hand_off_alarm(&node, &actor, peer, fire.scheduled_ms).await;
+                sent = cluster::hand_off_alarm(&node, peer, &fire, due_ms).await;
             }
             // In the mailbox (which marked it arrived when it ran it),
             // handed off, or scheduled again below.
@@ -1146,11 +1154,27 @@ impl Node {
                             | Error::HeldElsewhere { .. }
                     )
                 {
-                    let retry_at = node.clock.wall_ms() + 1000;
+                    let retry_at = (node.clock.wall_ms() + 1000).max(due_ms);
                     node.timer.set(retry_at, fire);
                 }
             }
         });
+    }
+
+    /// Delivers an alarm on this node, activating the actor if needed: into
+    /// its mailbox when due, else into the timer. `Err(HeldElsewhere)` when
+    /// another node holds the actor.
+    pub(crate) async fn alarm_here(self: &Arc<Self>, fire: Fire, due_ms: i64) -> Result<()> {
+        if due_ms <= self.clock.wall_ms() {
+            return self.send_event(&fire.actor.clone(), Job::Alarm(fire)).await;
+        }
+        match self.ensure_owner(&fire.actor).await? {
+            Owner::Local(_) => {
+                self.timer.adopt_retry(fire, due_ms);
+                Ok(())
+            }
+            Owner::Elsewhere { peer, .. } => Err(Error::HeldElsewhere { node: peer }),
+        }
     }
 
     /// Lists the alarm index and arms the timer for alarms of actors that are

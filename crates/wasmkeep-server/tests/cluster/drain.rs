@@ -52,6 +52,73 @@ pub async fn a_closing_socket_keeps_the_actor_until_its_client_answers(
     crate::run(options, close_wait_body).await
 }
 
+/// A retry in backoff that a drain hands over keeps its count and its time
+/// on the peer: a handler that fails its first three deliveries runs four
+/// times in all, not three more from the start after the hand-over.
+pub async fn a_drained_alarm_keeps_its_retries(tls: bool, bucket: BucketKind) {
+    let mut options =
+        ClusterOptions::new("drain-alarm-retries", bucket, tls).with_class("ks", "kitchen-sink");
+    options.nodes = 2;
+    crate::run(options, retries_body).await
+}
+
+async fn retries_body(c: &mut Cluster) -> anyhow::Result<()> {
+    let c = &*c;
+    let deadline = Instant::now() + PHASE_TIME_MAX;
+    let drained = c.node_id(0).to_owned();
+    // kitchen-sink fails a delivery of an alarm set at -3 ms while its
+    // retry count is below 3: deliveries 0, 1 and 2 fail, 3 succeeds (2, 4
+    // and 8 s apart).
+    let set = c
+        .send_retrying(0, "POST", "/t/ks/retries/alarm/set?at=-3", deadline)
+        .await?;
+    ensure!(
+        set.status == 200 && set.node() == Some(drained.as_str()),
+        "setting the alarm: {} from {:?}: {}",
+        set.status,
+        set.node(),
+        set.text()
+    );
+    let metric = async |i, name| anyhow::Ok(c.metric(i, name).await?.unwrap_or(0.0));
+    while metric(0, "wasmkeep_alarm_retries_total").await? < 1.0 {
+        ensure!(Instant::now() < deadline, "the first delivery never failed");
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
+    c.cli(&["node", "drain", &drained, "--wait"]).await?;
+    loop {
+        let r = c
+            .send_retrying(1, "GET", "/t/ks/retries/alarm/get", deadline)
+            .await?;
+        ensure!(
+            r.status == 200,
+            "reading the alarm: {} {}",
+            r.status,
+            r.text()
+        );
+        if r.text() == "none" {
+            ensure!(
+                r.node() == Some(c.node_id(1)),
+                "the actor answered from {:?}",
+                r.node()
+            );
+            break;
+        }
+        ensure!(Instant::now() < deadline, "the alarm never succeeded");
+        tokio::time::sleep(POLL_PERIOD).await;
+    }
+    let fired = metric(0, "wasmkeep_alarms_fired_total").await?
+        + metric(1, "wasmkeep_alarms_fired_total").await?;
+    ensure!(
+        fired == 4.0,
+        "the alarm ran {fired} times, where deliveries 0 to 3 make 4"
+    );
+    ensure!(
+        !c.node_log(1).contains("retry_count=0"),
+        "the peer started the retries over"
+    );
+    Ok(())
+}
+
 /// The node's `sockets_closing` and `releases_failed` in `node list --json`
 /// (heartbeat line 13).
 async fn hand_over_progress(c: &Cluster, node: &str) -> anyhow::Result<(u64, u64)> {

@@ -111,6 +111,12 @@ plain_and_tls!(
     a_closing_socket_keeps_the_actor_until_its_client_answers => crate::drain::a_closing_socket_keeps_the_actor_until_its_client_answers,
     crate::BucketKind::Folder
 );
+/// Plain HTTP only: the hand-off's transport is what the tests above cover
+/// both ways; this one waits out 14 s of backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_alarm_keeps_its_retries() {
+    crate::drain::a_drained_alarm_keeps_its_retries(false, crate::BucketKind::Folder).await
+}
 plain_and_tls!(
     #[ignore = "a measurement; run with --ignored --nocapture"]
     measure_drain_time => crate::drain::measure_drain_time,
