@@ -697,18 +697,49 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
             tracing::warn!("giving back leftover ownership records timed out");
         }
         // Move keys, with the peers just refreshed (targets' line 11).
-        if tokio::time::timeout(bucket_time_max, crate::moves::check(&node))
+        control_passes(&node, bucket_time_max).await;
+    }
+}
+
+/// The passes over the move and the delete keys, on one listing of
+/// `control/` (one LIST per heartbeat, not one per pass; the drain keys in
+/// it are read by the drain check, each node its own).
+async fn control_passes(node: &Arc<Node>, time_max: Duration) {
+    let moves = crate::moves::wanted(node);
+    let deletes = crate::deletes::wanted(node);
+    if !moves && !deletes {
+        return;
+    }
+    let listed =
+        match tokio::time::timeout(time_max, node.bucket.list(&node.keys.control_prefix())).await {
+            Ok(Ok(listed)) => listed,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "listing the control keys failed");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("listing the control keys timed out");
+                return;
+            }
+        };
+    let (moves_prefix, deletes_prefix) = (node.keys.moves_prefix(), node.keys.deletes_prefix());
+    let (move_keys, delete_keys): (Vec<_>, Vec<_>) = listed
+        .into_iter()
+        .filter(|meta| meta.key.starts_with(&moves_prefix) || meta.key.starts_with(&deletes_prefix))
+        .partition(|meta| meta.key.starts_with(&moves_prefix));
+    if moves
+        && tokio::time::timeout(time_max, crate::moves::check(node, move_keys))
             .await
             .is_err()
-        {
-            tracing::warn!("the pass over the move keys timed out");
-        }
-        if tokio::time::timeout(bucket_time_max, crate::deletes::check(&node))
+    {
+        tracing::warn!("the pass over the move keys timed out");
+    }
+    if deletes
+        && tokio::time::timeout(time_max, crate::deletes::check(node, delete_keys))
             .await
             .is_err()
-        {
-            tracing::warn!("the pass over the delete keys timed out");
-        }
+    {
+        tracing::warn!("the pass over the delete keys timed out");
     }
 }
 

@@ -1,6 +1,7 @@
 //! Deleting one actor (ADR 0055). `wasmkeep actor delete` writes
 //! `control/delete/<tenant>/<class>/<name hex>`; once per heartbeat period
-//! every node looks at those keys. The node that holds the actor hands it
+//! every node looks at those keys (in its one listing of `control/`, with
+//! the move keys). The node that holds the actor hands it
 //! over as for a hibernation ([`Job::Delete`]), and deletes its data while
 //! the ownership record still names it; a node finds an actor nobody holds
 //! and acquires its record itself, with the actor's place in its map held,
@@ -10,6 +11,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use wasmkeep_bucket::ObjectMeta;
 use wasmkeep_cluster::{AcquireOutcome, LeaseReturn};
 use wasmkeep_types::ActorId;
 
@@ -17,18 +19,16 @@ use crate::Result;
 use crate::mailbox::Job;
 use crate::node::Node;
 
-/// The pass over the delete keys.
-pub(crate) async fn check(node: &Arc<Node>) {
-    if !node.lease.is_valid() || node.is_shutting_down() {
-        return;
-    }
-    let listed = match node.bucket.list_keys(&node.keys.deletes_prefix()).await {
-        Ok(listed) => listed,
-        Err(e) => {
-            tracing::warn!(error = %e, "listing the delete keys failed");
-            return;
-        }
-    };
+/// Whether this node runs the pass over the delete keys now.
+pub(crate) fn wanted(node: &Node) -> bool {
+    node.lease.is_valid() && !node.is_shutting_down()
+}
+
+/// The pass over the delete keys, when [`wanted`]: `listed` is the
+/// heartbeat's listing under [`Keys::deletes_prefix`].
+///
+/// [`Keys::deletes_prefix`]: wasmkeep_types::Keys::deletes_prefix
+pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
     for item in listed {
         let actor = match node.keys.parse_delete_key(&item.key) {
             Ok(actor) => actor,

@@ -236,20 +236,18 @@ struct MoveKey {
     modified: SystemTime,
 }
 
-/// Once per heartbeat period: reads the move keys and acts on those this
-/// node is concerned with. A draining node does not act: its drain moves
-/// every actor already.
-pub async fn check(node: &Arc<Node>) {
-    if node.drain.state() != DrainState::None || node.is_shutting_down() {
-        return;
-    }
-    let listed = match node.bucket.list(&node.keys.moves_prefix()).await {
-        Ok(listed) => listed,
-        Err(e) => {
-            tracing::warn!(error = %e, "listing the move keys failed");
-            return;
-        }
-    };
+/// Whether this node runs the pass over the move keys now. A draining node
+/// does not: its drain moves every actor already.
+pub(crate) fn wanted(node: &Node) -> bool {
+    node.drain.state() == DrainState::None && !node.is_shutting_down()
+}
+
+/// Once per heartbeat period, when [`wanted`]: acts on the move keys
+/// (`listed`, the heartbeat's listing under [`Keys::moves_prefix`]) this
+/// node is concerned with.
+///
+/// [`Keys::moves_prefix`]: wasmkeep_types::Keys::moves_prefix
+pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
     let mut waiting = 0;
     let mut free = BTreeSet::new();
     for key in newest_per_actor(node, listed).await {

@@ -527,3 +527,155 @@ async fn a_stale_hint_is_handed_back_naming_the_holder_and_served_there() {
         node.node.shutdown(Duration::from_secs(10)).await;
     }
 }
+
+/// A bucket that notes the prefix of every listing (its first page), in
+/// order, and wakes whoever waits on them.
+#[derive(Debug)]
+struct ListLog {
+    inner: Arc<dyn Bucket>,
+    prefixes: parking_lot::Mutex<Vec<String>>,
+    listed: tokio::sync::Notify,
+}
+
+impl ListLog {
+    /// The prefixes listed so far, once `enough` holds for them.
+    async fn wait_for(&self, enough: impl Fn(&[String]) -> bool) -> Vec<String> {
+        loop {
+            let listed = self.listed.notified();
+            let prefixes = self.prefixes.lock().clone();
+            if enough(&prefixes) {
+                return prefixes;
+            }
+            listed.await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Bucket for ListLog {
+    async fn get(&self, key: &str) -> wasmkeep_bucket::Result<wasmkeep_bucket::Object> {
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &str) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
+        self.inner.head(key).await
+    }
+    async fn put_if_absent(
+        &self,
+        key: &str,
+        bytes: Bytes,
+    ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
+        self.inner.put_if_absent(key, bytes).await
+    }
+    async fn put_if_match(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        etag: &wasmkeep_bucket::Etag,
+    ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
+        self.inner.put_if_match(key, bytes, etag).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        bytes: Bytes,
+    ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
+        self.inner.put(key, bytes).await
+    }
+    async fn delete(&self, key: &str) -> wasmkeep_bucket::Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn delete_if_match(
+        &self,
+        key: &str,
+        etag: &wasmkeep_bucket::Etag,
+    ) -> wasmkeep_bucket::Result<()> {
+        self.inner.delete_if_match(key, etag).await
+    }
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+    ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ListPage> {
+        if start_after.is_none() {
+            self.prefixes.lock().push(prefix.to_owned());
+            self.listed.notify_waiters();
+        }
+        self.inner.list_page(prefix, start_after).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_listing_of_the_control_keys_per_heartbeat_serves_moves_and_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("cluster.key");
+    std::fs::write(&key_file, KEY).unwrap();
+    let log = Arc::new(ListLog {
+        inner: Arc::new(MemoryBucket::new()),
+        prefixes: parking_lot::Mutex::new(Vec::new()),
+        listed: tokio::sync::Notify::new(),
+    });
+    let bucket: Arc<dyn Bucket> = Arc::clone(&log) as Arc<dyn Bucket>;
+    let keys = Keys::new(&AppName::default_app());
+    classes::deploy(
+        &*bucket,
+        &keys,
+        &ClassName::new("counter").unwrap(),
+        counter_bytes(),
+        &runtime(),
+    )
+    .await
+    .unwrap();
+    // Work for both passes: a delete key for an actor nobody holds, and a
+    // move key that names no actor (the move pass deletes it).
+    let deleted = ActorId::parse("demo/counter/gone").unwrap();
+    bucket
+        .put(&keys.delete_key(&deleted), Bytes::new())
+        .await
+        .unwrap();
+    let bad_move = format!("{}not-a-move", keys.moves_prefix());
+    bucket.put(&bad_move, Bytes::new()).await.unwrap();
+
+    let a = start(Arc::clone(&bucket), "n1", &key_file).await;
+    // Each heartbeat refreshes the peers with one listing of `nodes/`.
+    let nodes = keys.nodes_prefix();
+    let refreshes = |p: &[String]| p.iter().filter(|x| **x == nodes).count();
+    let prefixes = log.wait_for(|p| refreshes(p) >= 5).await;
+    a.node.shutdown(Duration::from_secs(10)).await;
+
+    let control = keys.control_prefix();
+    let control_lists: Vec<&String> = prefixes
+        .iter()
+        .filter(|p| p.starts_with(&control))
+        .collect();
+    assert!(
+        control_lists.iter().all(|p| **p == control),
+        "the passes list `control/` as one: {control_lists:?}"
+    );
+    // Between two refreshes (a whole heartbeat, the first one aside): one
+    // listing of the control keys.
+    let at: Vec<usize> = prefixes
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| **p == nodes)
+        .map(|(i, _)| i)
+        .collect();
+    for pair in at[1..].windows(2) {
+        let between = prefixes[pair[0]..pair[1]]
+            .iter()
+            .filter(|p| **p == control)
+            .count();
+        assert_eq!(
+            between, 1,
+            "control listings in one heartbeat: {prefixes:?}"
+        );
+    }
+    // ... and both passes acted on it.
+    assert!(matches!(
+        bucket.get(&keys.delete_key(&deleted)).await,
+        Err(wasmkeep_bucket::Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        bucket.get(&bad_move).await,
+        Err(wasmkeep_bucket::Error::NotFound { .. })
+    ));
+}

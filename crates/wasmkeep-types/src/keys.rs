@@ -67,6 +67,12 @@ impl Keys {
         )
     }
 
+    /// Every operator command's key: the move, delete and drain keys. A
+    /// node lists it once per heartbeat for its move and delete passes.
+    pub fn control_prefix(&self) -> String {
+        format!("{}control/", self.root)
+    }
+
     pub fn moves_prefix(&self) -> String {
         format!("{}control/move/", self.root)
     }
