@@ -73,8 +73,17 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
     let Some(_reserved) = node.reserve(actor) else {
         return Ok(());
     };
+    // From here until the release below, the record may name this node: a
+    // pass cut short (its time limit) or an acquire whose outcome is not
+    // known leaves it to the leftovers (ADR 0020) rather than held.
+    let mut may_hold = MayHold {
+        node,
+        actor,
+        settled: false,
+    };
     let AcquireOutcome::Acquired { etag } = node.ownership.acquire(actor).await? else {
         // Its holder acts at its own pass.
+        may_hold.settled = true;
         return Ok(());
     };
     // The listing may be older than a deletion that ended since (and a new
@@ -90,7 +99,27 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
     if node.ownership.release(actor, &etag).await == LeaseReturn::Failed && node.lease.is_valid() {
         node.leftovers.add(node, actor);
     }
+    may_hold.settled = true;
     deleted.map(drop)
+}
+
+/// While a delete pass may hold an actor's ownership record: dropped
+/// unsettled, it hands the record to the leftovers, which give it back at the
+/// next heartbeat if it still names this node's incarnation (and leave it
+/// alone otherwise).
+struct MayHold<'a> {
+    node: &'a Node,
+    actor: &'a ActorId,
+    settled: bool,
+}
+
+impl Drop for MayHold<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            tracing::warn!(actor = %self.actor, "a delete pass ended while it may hold the actor; the record is given back at the next heartbeat");
+            self.node.leftovers.add(self.node, self.actor);
+        }
+    }
 }
 
 /// Whether `actor`'s delete key is still there (a bucket that does not

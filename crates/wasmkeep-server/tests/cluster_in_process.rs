@@ -529,15 +529,34 @@ async fn a_stale_hint_is_handed_back_naming_the_holder_and_served_there() {
 }
 
 /// A bucket that notes the prefix of every listing (its first page), in
-/// order, and wakes whoever waits on them.
+/// order, and wakes whoever waits on them. The first put-if-absent of the
+/// key in `lose_write` applies but answers "outcome unknown", and the read
+/// that follows it fails as unavailable (noted as the entry `lost`).
 #[derive(Debug)]
 struct ListLog {
     inner: Arc<dyn Bucket>,
     prefixes: parking_lot::Mutex<Vec<String>>,
     listed: tokio::sync::Notify,
+    lose_write: parking_lot::Mutex<Option<String>>,
+    fail_read: parking_lot::Mutex<Option<String>>,
 }
 
 impl ListLog {
+    fn new(inner: Arc<dyn Bucket>) -> Self {
+        Self {
+            inner,
+            prefixes: parking_lot::Mutex::new(Vec::new()),
+            listed: tokio::sync::Notify::new(),
+            lose_write: parking_lot::Mutex::new(None),
+            fail_read: parking_lot::Mutex::new(None),
+        }
+    }
+
+    fn note(&self, entry: &str) {
+        self.prefixes.lock().push(entry.to_owned());
+        self.listed.notify_waiters();
+    }
+
     /// The prefixes listed so far, once `enough` holds for them.
     async fn wait_for(&self, enough: impl Fn(&[String]) -> bool) -> Vec<String> {
         loop {
@@ -554,6 +573,13 @@ impl ListLog {
 #[async_trait::async_trait]
 impl Bucket for ListLog {
     async fn get(&self, key: &str) -> wasmkeep_bucket::Result<wasmkeep_bucket::Object> {
+        if self.fail_read.lock().take_if(|k| k == key).is_some() {
+            self.note("lost");
+            return Err(wasmkeep_bucket::Error::Unavailable {
+                key: key.to_owned(),
+                reason: "injected by the test".into(),
+            });
+        }
         self.inner.get(key).await
     }
     async fn head(&self, key: &str) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
@@ -564,7 +590,15 @@ impl Bucket for ListLog {
         key: &str,
         bytes: Bytes,
     ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
-        self.inner.put_if_absent(key, bytes).await
+        let written = self.inner.put_if_absent(key, bytes).await;
+        if written.is_ok() && self.lose_write.lock().take_if(|k| k == key).is_some() {
+            *self.fail_read.lock() = Some(key.to_owned());
+            return Err(wasmkeep_bucket::Error::OutcomeUnknown {
+                key: key.to_owned(),
+                reason: "injected by the test".into(),
+            });
+        }
+        written
     }
     async fn put_if_match(
         &self,
@@ -597,8 +631,7 @@ impl Bucket for ListLog {
         start_after: Option<&str>,
     ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ListPage> {
         if start_after.is_none() {
-            self.prefixes.lock().push(prefix.to_owned());
-            self.listed.notify_waiters();
+            self.note(prefix);
         }
         self.inner.list_page(prefix, start_after).await
     }
@@ -609,11 +642,7 @@ async fn one_listing_of_the_control_keys_per_heartbeat_serves_moves_and_deletes(
     let dir = tempfile::tempdir().unwrap();
     let key_file = dir.path().join("cluster.key");
     std::fs::write(&key_file, KEY).unwrap();
-    let log = Arc::new(ListLog {
-        inner: Arc::new(MemoryBucket::new()),
-        prefixes: parking_lot::Mutex::new(Vec::new()),
-        listed: tokio::sync::Notify::new(),
-    });
+    let log = Arc::new(ListLog::new(Arc::new(MemoryBucket::new())));
     let bucket: Arc<dyn Bucket> = Arc::clone(&log) as Arc<dyn Bucket>;
     let keys = Keys::new(&AppName::default_app());
     classes::deploy(
@@ -678,4 +707,48 @@ async fn one_listing_of_the_control_keys_per_heartbeat_serves_moves_and_deletes(
         bucket.get(&bad_move).await,
         Err(wasmkeep_bucket::Error::NotFound { .. })
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_pass_that_may_hold_the_record_gives_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("cluster.key");
+    std::fs::write(&key_file, KEY).unwrap();
+    let log = Arc::new(ListLog::new(Arc::new(MemoryBucket::new())));
+    let bucket: Arc<dyn Bucket> = Arc::clone(&log) as Arc<dyn Bucket>;
+    let keys = Keys::new(&AppName::default_app());
+    classes::deploy(
+        &*bucket,
+        &keys,
+        &ClassName::new("counter").unwrap(),
+        counter_bytes(),
+        &runtime(),
+    )
+    .await
+    .unwrap();
+    // The pass's acquire of the actor nobody holds lands, but its answer is
+    // lost and the read that would tell fails: the acquire reports an
+    // error while the record names this node.
+    let actor = ActorId::parse("demo/counter/lost").unwrap();
+    bucket
+        .put(&keys.delete_key(&actor), Bytes::new())
+        .await
+        .unwrap();
+    *log.lose_write.lock() = Some(keys.owner(&actor));
+    let a = start(Arc::clone(&bucket), "n1", &key_file).await;
+    let lost_at = log.wait_for(|p| p.iter().any(|x| x == "lost")).await.len();
+    // The request is withdrawn, so no later pass takes the actor up again:
+    // only the pass that failed can give the record back.
+    log.inner.delete(&keys.delete_key(&actor)).await.unwrap();
+    // Two peer refreshes after the failure: the next heartbeat's, then the
+    // one after it, which comes after that heartbeat's leftovers step.
+    let nodes = keys.nodes_prefix();
+    log.wait_for(|p| p[lost_at..].iter().filter(|x| **x == nodes).count() >= 2)
+        .await;
+    let record = a.node.ownership.read(&actor).await.unwrap();
+    assert!(
+        record.as_ref().is_none_or(|(r, _)| !r.held),
+        "the record was given back: {record:?}"
+    );
+    a.node.shutdown(Duration::from_secs(10)).await;
 }
