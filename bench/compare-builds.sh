@@ -13,7 +13,7 @@
 #        by folder name when the builds share one: builds/a/wasmkeep ...)
 #   The BIN `workerd` runs the peer instead (the harness's workerd and
 #   config, durable, on the same folder): `bench/compare-builds.sh workerd
-#   target/release/wasmkeep` measures the ratio with the two servers
+#   target/dist/wasmkeep` measures the ratio with the two servers
 #   alternating scenario by scenario, so that a slow stretch of the VM
 #   (here the same build's rate can move by a third between rounds) falls
 #   on both. A summary of the ratios, round by round, ends the output.

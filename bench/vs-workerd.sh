@@ -33,15 +33,16 @@ if [ ! -x "$HARNESS/tools/oha/bin/oha" ] || [ ! -d "$HARNESS/node_modules" ]; th
 fi
 
 # WASMKEEP_BIN runs an already built binary (its guests are found in the
-# target/wasm folder next to it); otherwise this checkout is built.
+# target/wasm folder next to it); otherwise this checkout's production
+# binary is built (the dist profile, ADR 0056).
 if [ -n "${WASMKEEP_BIN:-}" ]; then
   # Absolute: the harness runs it from its own folder.
   WASMKEEP="$(readlink -f "$WASMKEEP_BIN")"
   [ -x "$WASMKEEP" ] || { echo "vs-workerd: no executable at WASMKEEP_BIN=$WASMKEEP_BIN" >&2; exit 1; }
 else
   "$ROOT/scripts/build-guests" >/dev/null
-  (cd "$ROOT" && cargo build --release -j2 --bin wasmkeep)
-  WASMKEEP="$ROOT/target/release/wasmkeep"
+  (cd "$ROOT" && cargo build --profile dist -j2 -p wasmkeep-server --bin wasmkeep)
+  WASMKEEP="$ROOT/target/dist/wasmkeep"
 fi
 
 # The wasmkeep variant of run.sh.
