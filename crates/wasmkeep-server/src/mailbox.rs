@@ -188,7 +188,13 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
                 "this node's lease is not valid; it serves again once renewed",
             ));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            // The write may have landed (its answer lost, the re-read
+            // failed): the leftovers give the record back if it names this
+            // incarnation, as for a failed release (ADR 0020).
+            node.leftovers.add(node, actor);
+            return Err(e.into());
+        }
     };
     node.hints.forget(actor);
     let opened = ActorStore::open(

@@ -9,7 +9,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,13 +81,17 @@ async fn start_with(
     }
 }
 
-async fn two_nodes() -> (tempfile::TempDir, Arc<dyn Bucket>, Running, Running) {
+/// A fresh folder holding the cluster key file, and the file's path.
+fn key_file() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let key_file = dir.path().join("cluster.key");
     std::fs::write(&key_file, KEY).unwrap();
-    let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
+    (dir, key_file)
+}
+
+async fn deploy_counter(bucket: &dyn Bucket) {
     classes::deploy(
-        &*bucket,
+        bucket,
         &Keys::new(&AppName::default_app()),
         &ClassName::new("counter").unwrap(),
         counter_bytes(),
@@ -95,6 +99,12 @@ async fn two_nodes() -> (tempfile::TempDir, Arc<dyn Bucket>, Running, Running) {
     )
     .await
     .unwrap();
+}
+
+async fn two_nodes() -> (tempfile::TempDir, Arc<dyn Bucket>, Running, Running) {
+    let (dir, key_file) = key_file();
+    let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
+    deploy_counter(&*bucket).await;
     let a = start(Arc::clone(&bucket), "n1", &key_file).await;
     let b = start(Arc::clone(&bucket), "n2", &key_file).await;
     (dir, bucket, a, b)
@@ -132,9 +142,7 @@ async fn send_until_served(addr: &str, method: &str, path: &str) -> common::Resp
 }
 
 fn signer_for(node: &str) -> Signer {
-    let dir = tempfile::tempdir().unwrap();
-    let key_file = dir.path().join("k");
-    std::fs::write(&key_file, KEY).unwrap();
+    let (_dir, key_file) = key_file();
     Signer::from_key_file(
         &key_file,
         node.into(),
@@ -367,19 +375,9 @@ async fn an_alarm_that_fires_on_a_non_owner_is_handed_off_and_runs_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_from_the_bucket_stops_serving_and_comes_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let key_file = dir.path().join("cluster.key");
-    std::fs::write(&key_file, KEY).unwrap();
+    let (_dir, key_file) = key_file();
     let shared = MemoryBucket::new();
-    classes::deploy(
-        &shared,
-        &Keys::new(&AppName::default_app()),
-        &ClassName::new("counter").unwrap(),
-        counter_bytes(),
-        &runtime(),
-    )
-    .await
-    .unwrap();
+    deploy_counter(&shared).await;
     // The node's own client, which the test cuts off; `shared` still sees all.
     let client = Arc::new(shared.new_client(7));
     let a = start_with(
@@ -639,21 +637,11 @@ impl Bucket for ListLog {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_listing_of_the_control_keys_per_heartbeat_serves_moves_and_deletes() {
-    let dir = tempfile::tempdir().unwrap();
-    let key_file = dir.path().join("cluster.key");
-    std::fs::write(&key_file, KEY).unwrap();
+    let (_dir, key_file) = key_file();
     let log = Arc::new(ListLog::new(Arc::new(MemoryBucket::new())));
     let bucket: Arc<dyn Bucket> = Arc::clone(&log) as Arc<dyn Bucket>;
     let keys = Keys::new(&AppName::default_app());
-    classes::deploy(
-        &*bucket,
-        &keys,
-        &ClassName::new("counter").unwrap(),
-        counter_bytes(),
-        &runtime(),
-    )
-    .await
-    .unwrap();
+    deploy_counter(&*bucket).await;
     // Work for both passes: a delete key for an actor nobody holds, and a
     // move key that names no actor (the move pass deletes it).
     let deleted = ActorId::parse("demo/counter/gone").unwrap();
@@ -711,21 +699,11 @@ async fn one_listing_of_the_control_keys_per_heartbeat_serves_moves_and_deletes(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_pass_that_may_hold_the_record_gives_it_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let key_file = dir.path().join("cluster.key");
-    std::fs::write(&key_file, KEY).unwrap();
+    let (_dir, key_file) = key_file();
     let log = Arc::new(ListLog::new(Arc::new(MemoryBucket::new())));
     let bucket: Arc<dyn Bucket> = Arc::clone(&log) as Arc<dyn Bucket>;
     let keys = Keys::new(&AppName::default_app());
-    classes::deploy(
-        &*bucket,
-        &keys,
-        &ClassName::new("counter").unwrap(),
-        counter_bytes(),
-        &runtime(),
-    )
-    .await
-    .unwrap();
+    deploy_counter(&*bucket).await;
     // The pass's acquire of the actor nobody holds lands, but its answer is
     // lost and the read that would tell fails: the acquire reports an
     // error while the record names this node.
@@ -750,5 +728,37 @@ async fn a_delete_pass_that_may_hold_the_record_gives_it_back() {
         record.as_ref().is_none_or(|(r, _)| !r.held),
         "the record was given back: {record:?}"
     );
+    a.node.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_activation_whose_acquire_may_have_landed_gives_the_record_back() {
+    let (_dir, key_file) = key_file();
+    let log = Arc::new(ListLog::new(Arc::new(MemoryBucket::new())));
+    let bucket: Arc<dyn Bucket> = Arc::clone(&log) as Arc<dyn Bucket>;
+    let keys = Keys::new(&AppName::default_app());
+    deploy_counter(&*bucket).await;
+    let actor = ActorId::parse("demo/counter/lost").unwrap();
+    *log.lose_write.lock() = Some(keys.owner(&actor));
+    let a = start(Arc::clone(&bucket), "n1", &key_file).await;
+    // Once the node serves, the actor's first event's acquire lands, but
+    // the node cannot tell: the event fails, and nothing else asks for the
+    // actor.
+    let r = send_until_served(&a.addr, "POST", "/demo/counter/other/increment").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = send(&a.addr, "POST", "/demo/counter/lost/increment", Vec::new()).await;
+    assert!(r.status >= 500, "{} {}", r.status, r.text());
+    let lost_at = log.wait_for(|p| p.iter().any(|x| x == "lost")).await.len();
+    let nodes = keys.nodes_prefix();
+    log.wait_for(|p| p[lost_at..].iter().filter(|x| **x == nodes).count() >= 2)
+        .await;
+    let record = a.node.ownership.read(&actor).await.unwrap();
+    assert!(
+        record.as_ref().is_none_or(|(r, _)| !r.held),
+        "the record was given back: {record:?}"
+    );
+    // The actor itself is fine.
+    let r = send(&a.addr, "POST", "/demo/counter/lost/increment", Vec::new()).await;
+    assert_eq!((r.status, r.text().trim()), (200, "1"));
     a.node.shutdown(Duration::from_secs(10)).await;
 }
