@@ -228,6 +228,78 @@ impl Default for SimConfig {
     }
 }
 
+/// The named scenarios the simulation's tests run, one config per seed.
+/// The tests (`tests/scenarios.rs`) and the digest recorder
+/// (`examples/digests.rs`) share them, so a recorded digest names exactly
+/// what a test runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// No operator: leases and ownership under every fault.
+    Lease,
+    /// Drains and undrains with alarms due.
+    Drain,
+    /// Moves with alarms due.
+    Move,
+    /// Deletes and moves of the clients' actors.
+    Delete,
+    /// Everything at once, with more fault steps.
+    Mixed,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Lease,
+        Scenario::Drain,
+        Scenario::Move,
+        Scenario::Delete,
+        Scenario::Mixed,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Lease => "lease",
+            Scenario::Drain => "drain",
+            Scenario::Move => "move",
+            Scenario::Delete => "delete",
+            Scenario::Mixed => "mixed",
+        }
+    }
+
+    /// The scenario's configuration for one seed.
+    pub fn config(self, seed: u64) -> SimConfig {
+        let operator = match self {
+            Scenario::Lease => OperatorConfig::none(),
+            Scenario::Drain => OperatorConfig {
+                moves: false,
+                moves_then_drain: false,
+                deletes: false,
+                ..OperatorConfig::mixed()
+            },
+            Scenario::Move => OperatorConfig {
+                drains: false,
+                moves_then_drain: false,
+                deletes: false,
+                ..OperatorConfig::mixed()
+            },
+            Scenario::Delete => OperatorConfig::deletes_and_moves(),
+            Scenario::Mixed => OperatorConfig::mixed(),
+        };
+        let faults = match self {
+            Scenario::Mixed => FaultConfig {
+                steps: 16,
+                ..FaultConfig::default()
+            },
+            _ => FaultConfig::default(),
+        };
+        SimConfig {
+            seed,
+            operator,
+            faults,
+            ..SimConfig::default()
+        }
+    }
+}
+
 /// What one seed's run showed.
 #[derive(Debug, Clone)]
 pub struct SimReport {

@@ -12,11 +12,11 @@
 use std::time::{Duration, Instant};
 
 use wasmkeep_sim::{
-    FaultConfig, OperatorConfig, SimConfig, SimReport, logs_from_env, repro_command, run,
+    OperatorConfig, Scenario, SimConfig, SimReport, logs_from_env, repro_command, run,
     seeds_from_env,
 };
 
-const BINARY: &str = "madsim_drain";
+const BINARY: &str = "scenarios";
 /// Seeds every `cargo test` runs of the lease scenario (a few seconds on one core).
 const CI_SEEDS: std::ops::Range<u64> = 0..200;
 /// Seeds every `cargo test` runs of each drain and move scenario.
@@ -79,10 +79,7 @@ fn one_owner_under_every_fault() {
     run_seeds(
         "one_owner_under_every_fault",
         CI_SEEDS,
-        |seed| SimConfig {
-            seed,
-            ..SimConfig::default()
-        },
+        |seed| Scenario::Lease.config(seed),
         &[],
     );
 }
@@ -96,16 +93,7 @@ fn drain_under_concurrent_events_with_an_alarm_due() {
     run_seeds(
         "drain_under_concurrent_events_with_an_alarm_due",
         CI_SEEDS_OPERATOR,
-        |seed| SimConfig {
-            seed,
-            operator: OperatorConfig {
-                moves: false,
-                moves_then_drain: false,
-                deletes: false,
-                ..OperatorConfig::mixed()
-            },
-            ..SimConfig::default()
-        },
+        |seed| Scenario::Drain.config(seed),
         &[],
     );
 }
@@ -118,16 +106,7 @@ fn move_under_concurrent_events_with_an_alarm_due() {
     run_seeds(
         "move_under_concurrent_events_with_an_alarm_due",
         CI_SEEDS_OPERATOR,
-        |seed| SimConfig {
-            seed,
-            operator: OperatorConfig {
-                drains: false,
-                moves_then_drain: false,
-                deletes: false,
-                ..OperatorConfig::mixed()
-            },
-            ..SimConfig::default()
-        },
+        |seed| Scenario::Move.config(seed),
         &[],
     );
 }
@@ -142,11 +121,7 @@ fn delete_under_concurrent_events_moves_and_faults() {
     run_seeds(
         "delete_under_concurrent_events_moves_and_faults",
         CI_SEEDS_OPERATOR,
-        |seed| SimConfig {
-            seed,
-            operator: OperatorConfig::deletes_and_moves(),
-            ..SimConfig::default()
-        },
+        |seed| Scenario::Delete.config(seed),
         &[],
     );
 }
@@ -159,15 +134,7 @@ fn mixed_drains_moves_crashes_partitions() {
     run_seeds(
         "mixed_drains_moves_crashes_partitions",
         CI_SEEDS_OPERATOR,
-        |seed| SimConfig {
-            seed,
-            operator: OperatorConfig::mixed(),
-            faults: FaultConfig {
-                steps: 16,
-                ..FaultConfig::default()
-            },
-            ..SimConfig::default()
-        },
+        |seed| Scenario::Mixed.config(seed),
         &[],
     );
 }
