@@ -1,5 +1,5 @@
 //! The simulation's guest: a small built-in actor (no wasmtime) behind the
-//! server's guest traits (`wasmkeep_server::guest`). The node runs it
+//! server's guest traits (`wasmkeep_server::actor::guest`). The node runs it
 //! exactly as it runs a component: in the actor's mailbox, through its
 //! `ActorHost` (SQL in the actor's store, the alarm), with its commit and
 //! output gate. It reports to the ground truth what only a guest sees: the
@@ -20,7 +20,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use wasmkeep_runtime::{ActorHost, EventError, Message, Request, Response, SqlValue};
-use wasmkeep_server::guest::{GuestClass, GuestEngine, GuestInstance};
+use wasmkeep_server::actor::guest::{GuestClass, GuestEngine, GuestInstance};
 use wasmkeep_server::{Error as ServerError, Node};
 use wasmkeep_types::{ActorId, Keys};
 

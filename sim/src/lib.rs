@@ -614,11 +614,14 @@ impl World {
         actor: &ActorId,
         rest: &str,
         body: String,
-    ) -> Option<wasmkeep_server::peer::PeerReply> {
+    ) -> Option<wasmkeep_server::peering::peer::PeerReply> {
         let node = self.node(index)?;
-        let path = format!("{}{rest}", wasmkeep_server::cluster::actor_path(actor));
+        let path = format!(
+            "{}{rest}",
+            wasmkeep_server::peering::forward::actor_path(actor)
+        );
         Some(
-            wasmkeep_server::http::answer_call(
+            wasmkeep_server::front::http::answer_call(
                 &node.node,
                 "POST",
                 &path,
@@ -648,8 +651,8 @@ impl World {
     /// Node `target` answered 200 to a take of the actor at `path`: the
     /// move is done, so `target` must hold the actor now.
     pub fn take_answered(&self, target: usize, path: &str) {
-        let actor = match wasmkeep_server::route::route(path, None) {
-            Ok(wasmkeep_server::route::Route::Actor { actor, .. }) => actor,
+        let actor = match wasmkeep_server::front::route::route(path, None) {
+            Ok(wasmkeep_server::front::route::Route::Actor { actor, .. }) => actor,
             _ => {
                 self.truth.lock().violation(format!(
                     "{} a take of {path}, not an actor",
@@ -691,7 +694,7 @@ async fn deploy(world: &World) {
         alive: Arc::new(AtomicBool::new(true)),
         node: Mutex::new(std::sync::Weak::new()),
     }));
-    if let Err(e) = wasmkeep_server::classes::deploy_with(
+    if let Err(e) = wasmkeep_server::actor::classes::deploy_with(
         &*bucket,
         &world.keys,
         &class,

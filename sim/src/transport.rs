@@ -1,7 +1,7 @@
 //! [`SimTransport`]: the network between simulated nodes. A node call is
 //! signed with the cluster's real signer (the nodes share a key) and
 //! delivered in process to the target node's
-//! `wasmkeep_server::http::answer_call`, the same checks and dispatch an
+//! `wasmkeep_server::front::http::answer_call`, the same checks and dispatch an
 //! HTTP request meets, after a seeded delay; the request or the answer may be
 //! lost (seeded), and a partition between two nodes, or a crashed
 //! process at either end, refuses the call. WebSocket relays are not
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use wasmkeep_cluster::Signer;
-use wasmkeep_server::peer::{PeerReply, PeerTransport};
+use wasmkeep_server::peering::peer::{PeerReply, PeerTransport};
 use wasmkeep_transport::PeerCall;
 
 use crate::World;
@@ -101,7 +101,7 @@ impl PeerTransport for SimTransport {
                 &call.markers,
                 &call.body,
             ));
-            let reply = wasmkeep_server::http::answer_call(
+            let reply = wasmkeep_server::front::http::answer_call(
                 &target.node,
                 call.method.as_str(),
                 &call.path,
@@ -113,14 +113,14 @@ impl PeerTransport for SimTransport {
             let take = call
                 .markers
                 .iter()
-                .any(|(n, v)| n == wasmkeep_server::cluster::MARKER_TAKE && v == "1");
+                .any(|(n, v)| n == wasmkeep_server::peering::forward::MARKER_TAKE && v == "1");
             if take && reply.status == 200 {
                 // The move is done as far as the old owner will know.
                 self.world.take_answered(to, &call.path);
             }
             if take
                 && reply.status == 409
-                && reply.header(wasmkeep_server::moves::HEADER_HOLDER)
+                && reply.header(wasmkeep_server::peering::moves::HEADER_HOLDER)
                     == Some(format!("n{}", self.from).as_str())
                 && self.alive.load(Ordering::SeqCst)
             {

@@ -25,15 +25,16 @@ use wasmkeep_cluster::{
 use wasmkeep_types::NodeId;
 use wasmkeep_types::heartbeat::{DrainState, NodeState};
 
-use crate::alarms::{AlarmTimer, Fire};
-use crate::cluster::{self, HandBack, Hop, Routed};
-use crate::counting::CountingBucket;
-use crate::guest::{GuestClass, GuestEngine, WasmtimeEngine};
-use crate::host::SharedSockets;
-use crate::mailbox::{self, Job};
-use crate::metrics::Metrics;
+use crate::actor::alarms::{AlarmTimer, Fire};
+use crate::actor::guest::{GuestClass, GuestEngine, WasmtimeEngine};
+use crate::actor::host::SharedSockets;
+use crate::actor::mailbox::{self, Job};
+use crate::ops::counting::CountingBucket;
+use crate::ops::metrics::Metrics;
+use crate::peering::forward::{self, HandBack, Hop, Routed};
+use crate::peering::heartbeat;
 use crate::signal::Signal;
-use crate::{Error, NodeConfig, Result, classes};
+use crate::{Error, NodeConfig, Result, actor::classes};
 
 /// A resident actor's in-memory state shared outside its mailbox.
 #[derive(Debug)]
@@ -196,7 +197,7 @@ pub struct Node {
     /// Signs and verifies node calls; `None` without a cluster key.
     pub signer: Option<Arc<Signer>>,
     /// Sends signed calls to peers; `None` without a cluster key.
-    pub transport: Option<Arc<dyn crate::peer::PeerTransport>>,
+    pub transport: Option<Arc<dyn crate::peering::peer::PeerTransport>>,
     /// TLS roots for calls to `https` peers (the WebSocket relay).
     pub(crate) tls_client: Arc<rustls::ClientConfig>,
     /// The advertised URL (heartbeat line 3).
@@ -207,7 +208,7 @@ pub struct Node {
     /// Turned true once the lease was resigned: the heartbeat task stops.
     pub(crate) resigned_tx: watch::Sender<bool>,
     /// The incarnation whose lease has not been valid yet, and when its first
-    /// heartbeat write was tried (see `cluster::renew`).
+    /// heartbeat write was tried (see `heartbeat::renew`).
     pub(crate) unproven: Mutex<Option<(String, Instant)>>,
     pub(crate) store_config: StoreConfig,
     classes: RwLock<HashMap<ClassName, Arc<dyn GuestClass>>>,
@@ -223,15 +224,15 @@ pub struct Node {
     shutdown_tx: watch::Sender<bool>,
     socket_ids: AtomicU64,
     /// The drain of this node (ADR 0014): heartbeat line 9.
-    pub drain: crate::drain::Drain,
+    pub drain: crate::peering::drain::Drain,
     /// Moves of single actors under way (ADR 0017).
-    pub moves: crate::moves::Moves,
+    pub moves: crate::peering::moves::Moves,
     /// Holds a failed release left behind, given back once per heartbeat.
-    pub(crate) leftovers: crate::leftovers::Leftovers,
+    pub(crate) leftovers: crate::peering::leftovers::Leftovers,
     /// The app's secrets as this node reads them (ADR 0016): heartbeat line 10.
-    pub secrets: crate::secrets::Secrets,
+    pub secrets: crate::actor::secrets::Secrets,
     /// Tenant bearer tokens on client requests.
-    pub tenants: crate::tenants::TenantGate,
+    pub tenants: crate::front::tenants::TenantGate,
 }
 
 /// What a node runs on besides its configuration and bucket.
@@ -243,7 +244,7 @@ pub struct Platform {
     /// Signs and verifies node calls; `None`: from `--cluster-key-file`, if given.
     pub signer: Option<Arc<Signer>>,
     /// Sends node calls (used only with a signer); `None`: HTTP(S).
-    pub transport: Option<Arc<dyn crate::peer::PeerTransport>>,
+    pub transport: Option<Arc<dyn crate::peering::peer::PeerTransport>>,
 }
 
 impl Platform {
@@ -338,16 +339,21 @@ impl Node {
             )?)),
             (None, None) => None,
         };
-        let secrets =
-            crate::secrets::Secrets::load(&*bucket, &keys, config.secrets_identity.as_deref())
-                .await?;
-        let tenants = crate::tenants::TenantGate::new(config.tenant_tokens);
+        let secrets = crate::actor::secrets::Secrets::load(
+            &*bucket,
+            &keys,
+            config.secrets_identity.as_deref(),
+        )
+        .await?;
+        let tenants = crate::front::tenants::TenantGate::new(config.tenant_tokens);
         let transport = match transport {
             Some(transport) if signer.is_some() => Some(transport),
             _ => signer.as_ref().map(|s| {
-                let http: Arc<dyn crate::peer::PeerTransport> = Arc::new(
-                    crate::peer::HttpTransport::new(Arc::clone(s), Arc::clone(&tls_client)),
-                );
+                let http: Arc<dyn crate::peering::peer::PeerTransport> =
+                    Arc::new(crate::peering::peer::HttpTransport::new(
+                        Arc::clone(s),
+                        Arc::clone(&tls_client),
+                    ));
                 http
             }),
         };
@@ -382,9 +388,9 @@ impl Node {
             timer,
             shutdown_tx,
             socket_ids: AtomicU64::new(1),
-            drain: crate::drain::Drain::default(),
-            moves: crate::moves::Moves::default(),
-            leftovers: crate::leftovers::Leftovers::default(),
+            drain: crate::peering::drain::Drain::default(),
+            moves: crate::peering::moves::Moves::default(),
+            leftovers: crate::peering::leftovers::Leftovers::default(),
             secrets,
             tenants,
         });
@@ -393,10 +399,10 @@ impl Node {
                 "no --cluster-key-file: this node runs alone (it keeps its lease and ownership records, but forwards nothing)"
             );
         }
-        cluster::claim(&node).await?;
+        heartbeat::claim(&node).await?;
         node.load_classes_at_start().await?;
         *node.state.lock() = NodeState::Serving;
-        cluster::renew(&node).await?;
+        heartbeat::renew(&node).await?;
         if let Err(e) = node.peers.refresh().await {
             tracing::warn!(error = %e, "first peer refresh failed");
         }
@@ -412,7 +418,7 @@ impl Node {
         let renewing = async {
             loop {
                 tokio::time::sleep(self.config.heartbeat_period).await;
-                if let Err(e) = cluster::renew(self).await {
+                if let Err(e) = heartbeat::renew(self).await {
                     tracing::warn!(error = %e, "lease renewal during the start's class loads failed");
                 }
             }
@@ -435,11 +441,11 @@ impl Node {
             },
             self.shutdown_rx(),
         ));
-        tokio::spawn(cluster::heartbeat_loop(Arc::clone(self)));
+        tokio::spawn(heartbeat::heartbeat_loop(Arc::clone(self)));
         let node = Arc::clone(self);
         let mut shutdown = self.shutdown_rx();
         tokio::spawn(async move {
-            let heap_trim = crate::heap::HeapTrim::default();
+            let heap_trim = crate::ops::heap::HeapTrim::default();
             let mut next_sweep = Instant::now();
             loop {
                 if Instant::now() >= next_sweep {
@@ -982,7 +988,7 @@ impl Node {
                     let cheap = request.body.len() <= HAND_BACK_COPY_BYTES_MAX;
                     let kept = (hand_back_retry && hop == Hop::Client && (holder_drains || cheap))
                         .then(|| (request.clone(), chain.clone()));
-                    let mut routed = Box::pin(cluster::forward_request(
+                    let mut routed = Box::pin(forward::forward_request(
                         self,
                         actor,
                         &peer,
@@ -992,7 +998,7 @@ impl Node {
                         hop.clone(),
                     ))
                     .await?;
-                    let hand_back = cluster::hand_back(&mut routed.response);
+                    let hand_back = forward::hand_back(&mut routed.response);
                     match kept {
                         Some((request, chain)) if hand_back != HandBack::None => {
                             hand_back_retry = false;
@@ -1135,7 +1141,7 @@ impl Node {
             let actor = fire.actor.clone();
             let mut sent = node.alarm_here(fire.clone(), due_ms).await;
             if let Err(Error::HeldElsewhere { node: peer }) = &sent {
-                sent = cluster::hand_off_alarm(&node, peer, &fire, due_ms).await;
+                sent = forward::hand_off_alarm(&node, peer, &fire, due_ms).await;
             }
             // In the mailbox (which marked it arrived when it ran it),
             // handed off, or scheduled again below.
@@ -1236,7 +1242,7 @@ impl Node {
         // The heartbeat's delete gets what is left of the grace, and at
         // least a moment after a grace spent on slow releases.
         let resign_deadline = deadline.max(tokio::time::Instant::now() + RESIGN_TIME_MIN);
-        cluster::resign(self, resign_deadline).await;
+        heartbeat::resign(self, resign_deadline).await;
     }
 
     /// Self-fencing after a lapsed lease: every resident actor is dropped

@@ -18,7 +18,7 @@ use wasmkeep_bucket::{Bucket, MemoryBucket};
 use wasmkeep_cluster::hints::HINT_TTL;
 use wasmkeep_cluster::{OsRandom, Signer, SystemClock};
 use wasmkeep_runtime::{Runtime, RuntimeConfig};
-use wasmkeep_server::{Node, NodeConfig, Owner, classes, http};
+use wasmkeep_server::{Node, NodeConfig, Owner, actor::classes, front::http};
 use wasmkeep_types::{ActorId, AppName, ClassName, Keys, NodeId};
 
 const KEY: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -171,7 +171,8 @@ async fn a_request_to_a_non_owner_is_forwarded_and_answered() {
         .await
         .text();
     assert!(
-        wasmkeep_server::metrics::sample(&metrics, "wasmkeep_forwarded_requests_total").unwrap()
+        wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_forwarded_requests_total")
+            .unwrap()
             >= 1.0
     );
     a.node.shutdown(Duration::from_secs(10)).await;
@@ -282,7 +283,7 @@ async fn forged_and_replayed_signed_calls_are_ordinary_requests() {
         .await
         .text();
     assert_eq!(
-        wasmkeep_server::metrics::sample(&metrics, "wasmkeep_signed_calls_refused_total"),
+        wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_signed_calls_refused_total"),
         Some(2.0)
     );
     a.node.shutdown(Duration::from_secs(10)).await;
@@ -439,7 +440,7 @@ async fn forward_loops(node: &Running) -> f64 {
     let metrics = send(&node.addr, "GET", "/_wasmkeep/metrics", Vec::new())
         .await
         .text();
-    wasmkeep_server::metrics::sample(&metrics, "wasmkeep_forward_loops_total").unwrap()
+    wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_forward_loops_total").unwrap()
 }
 
 /// A WebSocket to `path` on `addr`: the node named by the 101, and the
@@ -493,7 +494,8 @@ async fn a_stale_hint_is_handed_back_naming_the_holder_and_served_there() {
         assert_eq!(r.status, 200, "served through a stale hint: {}", r.text());
         assert_eq!(r.header("x-wasmkeep-node"), Some("n1"));
         assert!(
-            r.header(wasmkeep_server::cluster::HEADER_HOLDER).is_none(),
+            r.header(wasmkeep_server::peering::forward::HEADER_HOLDER)
+                .is_none(),
             "the marker never reaches the client"
         );
         count += 1;

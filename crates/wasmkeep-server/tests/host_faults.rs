@@ -16,8 +16,8 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use wasmkeep_bucket::{Bucket, MemoryBucket};
 use wasmkeep_runtime::{ActorHost, EventError, Message, Request, Response};
-use wasmkeep_server::guest::{GuestClass, GuestEngine, GuestInstance, WasmtimeEngine};
-use wasmkeep_server::{Error, Node, NodeConfig, Platform, classes};
+use wasmkeep_server::actor::guest::{GuestClass, GuestEngine, GuestInstance, WasmtimeEngine};
+use wasmkeep_server::{Error, Node, NodeConfig, Platform, actor::classes};
 use wasmkeep_types::{ActorId, AppName, ClassName, Keys, NodeId};
 
 /// What the engine around the real one does.
@@ -327,7 +327,7 @@ async fn a_panic_in_a_mailbox_fails_its_event_and_the_actor_serves_again() {
     assert_eq!(answered.as_deref(), Some("2"), "the actor serves again");
     let metrics = node.metrics.render();
     assert_eq!(
-        wasmkeep_server::metrics::sample(&metrics, "wasmkeep_mailbox_panics_total"),
+        wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_mailbox_panics_total"),
         Some(1.0),
         "{metrics}"
     );

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use wasmkeep_bucket::{Bucket, MemoryBucket};
 use wasmkeep_runtime::Request;
-use wasmkeep_server::{Error, Node, NodeConfig, classes};
+use wasmkeep_server::{Error, Node, NodeConfig, actor::classes};
 use wasmkeep_store::{ActorStore, StoreConfig, WriterId};
 use wasmkeep_types::{ActorId, AppName, ClassName, Keys, NodeId};
 

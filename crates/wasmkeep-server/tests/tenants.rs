@@ -319,7 +319,7 @@ fn signed_node_calls_skip_the_token_but_never_cross_tenants() {
     // Even a verified call may not carry a call chain across tenants.
     let alpha = wasmkeep_types::ActorId::parse("alpha/ks/a").unwrap();
     let beta = wasmkeep_types::ActorId::parse("beta/counter/x").unwrap();
-    let chain = wasmkeep_server::cluster::encode_chain(&[alpha, beta]);
+    let chain = wasmkeep_server::peering::forward::encode_chain(&[alpha, beta]);
     let r = send(
         &peer,
         "/beta/counter/x/increment",

@@ -1,4 +1,4 @@
-//! The `wasmkeep` binary: see `wasmkeep_server::cli`.
+//! The `wasmkeep` binary: see `wasmkeep_server::ops::cli`.
 
 use clap::Parser;
 
@@ -30,10 +30,10 @@ fn main() -> std::process::ExitCode {
     // thread-safe and valid at any time.
     unsafe { mi_option_set_default(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
     // While the process has one thread (docs: the module).
-    let descriptors = wasmkeep_server::descriptors::prepare();
-    let cli = wasmkeep_server::cli::Cli::parse();
-    wasmkeep_server::cli::init_logging(cli.log_format);
-    wasmkeep_server::cli::warn_misspelt_env();
+    let descriptors = wasmkeep_server::ops::descriptors::prepare();
+    let cli = wasmkeep_server::ops::cli::Cli::parse();
+    wasmkeep_server::ops::cli::init_logging(cli.log_format);
+    wasmkeep_server::ops::cli::warn_misspelt_env();
     tracing::debug!(
         limit_before = descriptors.limit_before,
         limit = descriptors.limit,
@@ -50,7 +50,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(wasmkeep_server::cli::run(cli)) {
+    match runtime.block_on(wasmkeep_server::ops::cli::run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wasmkeep: error: {e:#}");

@@ -21,8 +21,10 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 use wasmkeep_types::{ActorId, NodeId};
 
-use crate::cluster::{HEADER_HOLDER, HEADER_NODE, Hop, MARKER_FORWARDED, actor_path, peer_failed};
 use crate::node::Node;
+use crate::peering::forward::{
+    HEADER_HOLDER, HEADER_NODE, Hop, MARKER_FORWARDED, actor_path, peer_failed,
+};
 use crate::{Error, Result};
 
 /// Longest the connection and handshake to the holder may take.

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// Remembers the unload and hibernation counts at the last trim.
 #[derive(Debug, Default)]

@@ -16,7 +16,8 @@ use wasmkeep_cluster::{AcquireOutcome, LeaseReturn};
 use wasmkeep_types::ActorId;
 
 use crate::Result;
-use crate::mailbox::Job;
+use crate::actor::erase::delete_data;
+use crate::actor::mailbox::{DeleteOrder, Job};
 use crate::node::Node;
 
 /// Whether this node runs the pass over the delete keys now.
@@ -42,7 +43,7 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
         };
         if let Some(stub) = node.live_stub(&actor) {
             // Queued behind its events; a full mailbox is tried next pass.
-            let _ = stub.tx.try_send(Box::new(Job::Delete));
+            let _ = stub.tx.try_send(Box::new(Job::Delete(Box::new(DeleteKey))));
             continue;
         }
         // Being released here, a draining node (it takes no actor), or an
@@ -135,45 +136,25 @@ pub(crate) async fn requested(node: &Node, actor: &ActorId) -> bool {
     }
 }
 
-/// Empties the actor's database so that no former holder can add to it
-/// ([`wasmkeep_store::erase`]: two small objects stay, an empty snapshot
-/// and the log record that fences), then deletes its alarm. The caller
-/// holds the actor's ownership record, and nothing of its store writes
-/// any more.
-pub(crate) async fn delete_data(node: &Node, actor: &ActorId) -> Result<()> {
-    let writer = wasmkeep_store::WriterId {
-        node: node.node_id.to_string(),
-        incarnation: node.lease.incarnation(),
-    };
-    if wasmkeep_cluster::planted::erase_frees_numbers() {
-        for listed in node
-            .bucket
-            .list_keys(&node.keys.actor_prefix(actor))
-            .await?
-        {
-            node.bucket.delete(&listed.key).await?;
-        }
-    } else {
-        wasmkeep_store::erase(
-            &*node.bucket,
-            &node.keys,
-            actor,
-            &writer,
-            &node.store_config,
-        )
-        .await
-        .map_err(|e| crate::Error::Store(e.to_string()))?;
-    }
-    node.bucket.delete(&node.keys.alarm(actor)).await?;
-    node.timer.clear(actor);
-    Ok(())
-}
-
 /// The actor's data is gone: counts it and removes its delete key.
 pub(crate) async fn done(node: &Node, actor: &ActorId) {
     node.metrics.actors_deleted.fetch_add(1, Ordering::Relaxed);
     tracing::info!(%actor, "actor deleted");
     if let Err(e) = node.bucket.delete(&node.keys.delete_key(actor)).await {
         tracing::warn!(%actor, error = %e, "removing the delete key failed; the next pass deletes the actor again");
+    }
+}
+
+/// The delete key as the actor's mailbox sees it (`mailbox::DeleteOrder`).
+struct DeleteKey;
+
+#[async_trait::async_trait]
+impl DeleteOrder for DeleteKey {
+    async fn stands(&self, node: &Node, actor: &ActorId) -> bool {
+        requested(node, actor).await
+    }
+
+    async fn done(&self, node: &Node, actor: &ActorId) {
+        done(node, actor).await;
     }
 }

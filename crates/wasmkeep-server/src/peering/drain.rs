@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use wasmkeep_types::ActorId;
 use wasmkeep_types::heartbeat::DrainState;
 
-use crate::mailbox::Job;
+use crate::actor::mailbox::Job;
 use crate::node::{Node, Stub};
 
 /// A drain blocked for want of an eligible peer is logged at most this often.
@@ -108,7 +108,7 @@ pub async fn drain_for_signal(node: &Arc<Node>, timeout: Duration) -> bool {
     // keeps a hint for it, and takes back requests it released.
     for round in 0..2 {
         step(node);
-        if let Err(e) = crate::cluster::renew(node).await {
+        if let Err(e) = crate::peering::heartbeat::renew(node).await {
             tracing::warn!(error = %e, "heartbeat during the drain failed");
         }
         if round == 0 && node.drain.blocked_reason().is_none() {

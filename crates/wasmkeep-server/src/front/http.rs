@@ -22,12 +22,12 @@ use tokio::task::JoinSet;
 use wasmkeep_runtime::{Request, Response};
 use wasmkeep_types::ActorId;
 
-use crate::cluster::{self, HEADER_NODE, Markers};
-use crate::conn::{ClientStream, Slots};
-use crate::host::strip_markers;
+use crate::actor::host::strip_markers;
+use crate::front::conn::{ClientStream, Slots};
+use crate::front::route::{Route, route};
 use crate::node::Node;
-use crate::route::{Route, route};
-use crate::{Error, Result, sockets};
+use crate::peering::forward::{self, HEADER_NODE, Markers};
+use crate::{Error, Result, front::sockets};
 
 type HttpResponse = hyper::Response<Full<Bytes>>;
 
@@ -228,14 +228,14 @@ pub fn error_response(error: &Error) -> HttpResponse {
     }
     if matches!(error, Error::Released { .. }) {
         // Only node code sets it: guests cannot set `x-wasmkeep-*` headers.
-        builder = builder.header(cluster::HEADER_RELEASED, "1");
+        builder = builder.header(forward::HEADER_RELEASED, "1");
     }
     if let Error::MethodNotAllowed { allow, .. } = error {
         builder = builder.header(hyper::header::ALLOW, *allow);
     }
     if let Error::Moved { holder, .. } = error {
         // Node code only, as above: the sender sends the event there, once.
-        builder = builder.header(cluster::HEADER_HOLDER, holder.as_str());
+        builder = builder.header(forward::HEADER_HOLDER, holder.as_str());
     }
     builder
         .body(Full::new(Bytes::from(error.json_body())))
@@ -293,7 +293,7 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
     // Refuse unknown classes before reading a body.
     node.class(&actor.class)?;
     if sockets::is_upgrade(&req) {
-        let markers = cluster::judge(node, &method, &raw_path, &raw_query, &headers, b"");
+        let markers = forward::judge(node, &method, &raw_path, &raw_query, &headers, b"");
         if signed && markers.from.is_none() {
             check_tenant_token(node, &actor, &headers).await?;
         }
@@ -400,7 +400,7 @@ async fn dispatch_actor(node: &Arc<Node>, call: Call) -> Result<HttpResponse> {
         body,
         signed,
     } = call;
-    let markers: Markers = cluster::judge(node, &method, &raw_path, &raw_query, &headers, &body);
+    let markers: Markers = forward::judge(node, &method, &raw_path, &raw_query, &headers, &body);
     if signed && markers.from.is_none() {
         // A refused signature makes it an ordinary client request.
         check_tenant_token(node, &actor, &headers).await?;
@@ -410,7 +410,7 @@ async fn dispatch_actor(node: &Arc<Node>, call: Call) -> Result<HttpResponse> {
         strip_authorization(&mut headers);
     }
     // Node calls (alarm hand-off, take) are answered by the node itself.
-    if let Some(answer) = cluster::node_call(node, &actor, &markers, &body).await? {
+    if let Some(answer) = forward::node_call(node, &actor, &markers, &body).await? {
         let mut response = text(answer.status, "text/plain", &answer.body);
         for (name, value) in answer.headers {
             if let Ok(value) = hyper::header::HeaderValue::from_str(&value) {
@@ -473,7 +473,7 @@ pub async fn answer_call(
     raw_query: &str,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
-) -> crate::peer::PeerReply {
+) -> crate::peering::peer::PeerReply {
     let result = async {
         let query = (!raw_query.is_empty()).then_some(raw_query);
         let Route::Actor { actor, path } = route(raw_path, query)? else {
@@ -522,7 +522,7 @@ pub async fn answer_call(
         .await
         .map(|b| b.to_bytes().to_vec())
         .unwrap_or_default();
-    crate::peer::PeerReply {
+    crate::peering::peer::PeerReply {
         status: parts.status.as_u16(),
         headers: parts
             .headers
@@ -720,7 +720,7 @@ mod tests {
         assert!(
             !response
                 .headers()
-                .contains_key(crate::cluster::HEADER_RELEASED)
+                .contains_key(crate::peering::forward::HEADER_RELEASED)
         );
     }
 
@@ -732,7 +732,10 @@ mod tests {
         });
         assert_eq!(response.status(), 503);
         assert_eq!(response.headers()["retry-after"], "1");
-        assert_eq!(response.headers()[crate::cluster::HEADER_RELEASED], "1");
+        assert_eq!(
+            response.headers()[crate::peering::forward::HEADER_RELEASED],
+            "1"
+        );
     }
 
     #[test]
@@ -743,11 +746,14 @@ mod tests {
         });
         assert_eq!(response.status(), 503);
         assert_eq!(response.headers()["retry-after"], "1");
-        assert_eq!(response.headers()[crate::cluster::HEADER_HOLDER], "n3");
+        assert_eq!(
+            response.headers()[crate::peering::forward::HEADER_HOLDER],
+            "n3"
+        );
         assert!(
             !response
                 .headers()
-                .contains_key(crate::cluster::HEADER_RELEASED)
+                .contains_key(crate::peering::forward::HEADER_RELEASED)
         );
     }
 
@@ -771,6 +777,6 @@ mod tests {
 
     #[test]
     fn guests_cannot_set_the_released_marker() {
-        assert!(!guest_may_set(crate::cluster::HEADER_RELEASED));
+        assert!(!guest_may_set(crate::peering::forward::HEADER_RELEASED));
     }
 }

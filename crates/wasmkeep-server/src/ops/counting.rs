@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use wasmkeep_bucket::{Bucket, Error, Etag, ListPage, Listed, Object, ObjectMeta, Result};
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 #[derive(Debug)]
 pub struct CountingBucket {

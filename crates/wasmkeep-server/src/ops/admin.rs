@@ -17,8 +17,8 @@ use clap::{Args, Subcommand};
 use wasmkeep_bucket::Bucket;
 use wasmkeep_types::{AppName, Keys, TenantName};
 
-use crate::secrets::{self, SECRET_VALUE_BYTES_MAX};
-use crate::tenants;
+use crate::actor::secrets::{self, SECRET_VALUE_BYTES_MAX};
+use crate::front::tenants;
 
 /// The bucket and app a command works on.
 #[derive(Debug, Args)]
@@ -33,7 +33,7 @@ impl Target {
     /// Validates the app name, then opens the bucket.
     async fn open(&self) -> anyhow::Result<(Arc<dyn Bucket>, Keys, AppName)> {
         let app = AppName::new(self.app.clone())?;
-        let bucket = crate::cli::open_bucket(&self.bucket).await?;
+        let bucket = crate::ops::cli::open_bucket(&self.bucket).await?;
         Ok((bucket, Keys::new(&app), app))
     }
 }

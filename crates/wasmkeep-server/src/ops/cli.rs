@@ -17,7 +17,7 @@ use wasmkeep_runtime::{Runtime, RuntimeConfig};
 use wasmkeep_types::heartbeat::CAPABILITY_TAKE;
 use wasmkeep_types::{AppName, ClassName, Keys, NodeId};
 
-use crate::{NodeConfig, classes, http, node::Node};
+use crate::{NodeConfig, actor::classes, front::http, node::Node};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -56,10 +56,10 @@ pub enum Command {
     Actor(ActorCommand),
     /// The app's secrets (ADR 0016).
     #[command(subcommand)]
-    Secret(crate::admin::SecretCommand),
+    Secret(crate::ops::admin::SecretCommand),
     /// Tenants' bearer tokens.
     #[command(subcommand)]
-    Tenant(crate::admin::TenantCommand),
+    Tenant(crate::ops::admin::TenantCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -728,8 +728,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             timeout,
             view,
         }) => actor_delete(&actor, wait, &timeout, view).await,
-        Command::Secret(command) => crate::admin::secret(command).await,
-        Command::Tenant(command) => crate::admin::tenant(command).await,
+        Command::Secret(command) => crate::ops::admin::secret(command).await,
+        Command::Tenant(command) => crate::ops::admin::tenant(command).await,
     }
 }
 
@@ -1044,7 +1044,7 @@ async fn actor_move(actor: &str, to: &str, wait: bool, view: ViewArgs) -> anyhow
         Err(wasmkeep_bucket::Error::NotFound { .. }) => false,
         Err(e) => return Err(e).context("reading the app's recipient"),
     };
-    let deadline = tokio::time::Instant::now() + crate::moves::MOVE_KEY_AGE_MAX;
+    let deadline = tokio::time::Instant::now() + crate::peering::moves::MOVE_KEY_AGE_MAX;
     let mut settle_reads = 0;
     let mut last = String::new();
     loop {
@@ -1376,7 +1376,7 @@ async fn serve_node(
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     // Held until the process ends (ADR 0054).
     let identity = format!("{bucket_url}\n{}\n{}", config.app, config.node_id);
-    let data_dir_lock = crate::holder::DataDirLock::acquire(&config.data_dir, &identity)?;
+    let data_dir_lock = crate::peering::holder::DataDirLock::acquire(&config.data_dir, &identity)?;
     let mut config = config;
     config.holder = data_dir_lock.as_ref().map(|l| l.token().to_owned());
     let grace = config.limits.shutdown_grace;
@@ -1411,7 +1411,7 @@ async fn serve_node(
         && node.is_serving()
     {
         tracing::info!(?timeout, "SIGTERM: draining before stopping");
-        crate::drain::drain_for_signal(&node, timeout).await;
+        crate::peering::drain::drain_for_signal(&node, timeout).await;
     }
     tracing::info!("shutting down: finishing events, closing sockets, releasing actors");
     node.shutdown(grace).await;

@@ -2,8 +2,8 @@
 //! signed call to a peer's advertised URL and returns its status, headers
 //! and body. Production sends it over HTTP(S) with
 //! `wasmkeep_transport::PeerClient` ([`HttpTransport`]); the simulation
-//! delivers it to the target node's [`crate::http::answer_call`] in process.
-//! The incoming side is [`crate::http::answer_call`].
+//! delivers it to the target node's [`crate::front::http::answer_call`] in process.
+//! The incoming side is [`crate::front::http::answer_call`].
 
 use std::sync::Arc;
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// The node's open client connections, counted against a limit (the count
 /// is the metrics' gauge `wasmkeep_connections_open`).

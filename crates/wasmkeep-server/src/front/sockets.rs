@@ -18,11 +18,11 @@ use tokio_tungstenite::tungstenite::{self, handshake::derive_accept_key};
 use wasmkeep_runtime::Message;
 use wasmkeep_types::ActorId;
 
-use crate::cluster::Hop;
-use crate::host::{Outgoing, SocketEntry};
-use crate::mailbox::Job;
+use crate::actor::host::{Outgoing, SocketEntry};
+use crate::actor::mailbox::Job;
+use crate::front::relay::{self, Relayed};
 use crate::node::{Node, Owner, Stub};
-use crate::relay::{self, Relayed};
+use crate::peering::forward::Hop;
 use crate::{Error, Result};
 
 /// Bytes each read from a socket may fill. tungstenite's default, 128 KiB,

@@ -25,12 +25,12 @@ use wasmkeep_transport::PeerCall;
 use wasmkeep_types::heartbeat::{CAPABILITY_TAKE, DrainState};
 use wasmkeep_types::{ActorId, NodeId, TenantName};
 
-use crate::cluster::{self, MARKER_TAKE};
-use crate::mailbox::{CLOSE_SERVICE_RESTART, Job};
+use crate::actor::mailbox::{CLOSE_SERVICE_RESTART, Job, MoveOrder, MoveOutcome};
 use crate::node::{Activation, Node, Owner, Stub};
+use crate::peering::forward::{self, MARKER_TAKE};
 use crate::{Error, Result};
 
-pub use crate::cluster::HEADER_HOLDER;
+pub use crate::peering::forward::HEADER_HOLDER;
 /// First line of a take call's (signed) body; the second is the tenant.
 pub const TAKE_BODY_VERSION: &str = "wasmkeep-take 1";
 /// A move that has no outcome this long after it started is given up.
@@ -40,12 +40,12 @@ pub const MOVE_KEY_AGE_MAX: Duration = Duration::from_secs(5 * 60);
 /// Moves one node runs at once, each in its own task.
 pub const MOVES_AT_ONCE_MAX: usize = 16;
 /// How long a moving actor's sockets get to close before the move is called
-/// Busy: each socket waits up to [`crate::sockets::CLOSE_HANDSHAKE_TIME_MAX`]
+/// Busy: each socket waits up to [`crate::front::sockets::CLOSE_HANDSHAKE_TIME_MAX`]
 /// for its client's close reply, so the move waits longer than that (with
 /// two equal timers, a client that never answers the close frame left the
 /// attempt to a race the socket's timer, started a little later, could lose).
 const SOCKET_CLOSE_WAIT: Duration =
-    Duration::from_secs(crate::sockets::CLOSE_HANDSHAKE_TIME_MAX.as_secs() + 1);
+    Duration::from_secs(crate::front::sockets::CLOSE_HANDSHAKE_TIME_MAX.as_secs() + 1);
 /// How often the socket wait looks again.
 const SOCKET_CLOSE_POLL: Duration = Duration::from_millis(10);
 /// The take call's time limit (a restore can take a few seconds).
@@ -98,22 +98,6 @@ impl NodeAnswer {
         }
     }
 }
-
-/// What the move job in the actor's mailbox reports.
-#[derive(Debug)]
-pub(crate) enum MoveOutcome {
-    /// Handed over and released; the committed alarm it had.
-    Released { alarm: Option<i64> },
-    /// Kept: a socket is open (or the alarm could not be read).
-    Busy(&'static str),
-    /// Handed over, but the ownership record could not be released within
-    /// one lease TTL: it expires with this node's lease.
-    ReleaseFailed,
-    /// This attempt was given up before the job ran.
-    Abandoned,
-}
-
-pub(crate) type MoveReply = oneshot::Sender<MoveOutcome>;
 
 /// One move under way.
 #[derive(Debug, Clone)]
@@ -484,7 +468,7 @@ async fn attempt(
     if stub
         .tx
         .send(Box::new(Job::Move {
-            token,
+            order: Box::new(MoveAttempt { token }),
             reply: reply_tx,
         }))
         .await
@@ -555,7 +539,7 @@ async fn finish(node: &Node, key: &MoveKey, alarm: Option<i64>, started: Instant
 fn close_sockets(node: &Node, stub: &Stub) {
     let sockets = stub.sockets.lock();
     for entry in sockets.sockets.values() {
-        let _ = entry.tx.try_send(crate::host::Outgoing::Close(
+        let _ = entry.tx.try_send(crate::actor::host::Outgoing::Close(
             CLOSE_SERVICE_RESTART,
             "actor moving to another node".into(),
         ));
@@ -580,10 +564,10 @@ async fn send_take(
     target: &NodeId,
     url: &str,
 ) -> Result<TakeReply> {
-    let client = cluster::transport(node, actor, target)?;
+    let client = forward::transport(node, actor, target)?;
     let call = PeerCall {
         method: http::Method::POST,
-        path: format!("{}/", cluster::actor_path(actor)),
+        path: format!("{}/", forward::actor_path(actor)),
         query: String::new(),
         headers: Vec::new(),
         markers: vec![(MARKER_TAKE.to_owned(), "1".to_owned())],
@@ -594,7 +578,7 @@ async fn send_take(
     const TAKE_ANSWER_BYTES_MAX: usize = 4096;
     let reply = match client.send(url, call, TAKE_ANSWER_BYTES_MAX).await {
         Ok(reply) => reply,
-        Err(e) => return Err(cluster::peer_failed(node, actor, target, &e)),
+        Err(e) => return Err(forward::peer_failed(node, actor, target, &e)),
     };
     let status = reply.status;
     let holder = reply
@@ -743,5 +727,21 @@ mod tests {
             assert!(parse_take_body(bad.as_bytes()).is_err(), "{bad:?} parsed");
         }
         assert!(parse_take_body(&[0xff, 0xfe]).is_err());
+    }
+}
+
+/// One attempt of a move as the actor's mailbox sees it
+/// (`mailbox::MoveOrder`).
+struct MoveAttempt {
+    token: u64,
+}
+
+impl MoveOrder for MoveAttempt {
+    fn is_current(&self, node: &Node, actor: &ActorId) -> bool {
+        node.moves.is_current(actor, self.token)
+    }
+
+    fn forget(&self, node: &Node, actor: &ActorId) {
+        node.moves.forget(actor);
     }
 }

@@ -15,9 +15,10 @@ use wasmkeep_store::{ActorStore, OutputGate, WriterId};
 use wasmkeep_types::ActorId;
 use wasmkeep_types::heartbeat::DrainState;
 
-use crate::alarms::{Fire, retry_delay};
-use crate::guest::GuestInstance;
-use crate::host::{NodeHost, Outgoing};
+use crate::actor::alarms::{Fire, retry_delay};
+use crate::actor::erase::delete_data;
+use crate::actor::guest::GuestInstance;
+use crate::actor::host::{NodeHost, Outgoing};
 use crate::node::{Activation, Node, Stub};
 use crate::{Error, Result};
 
@@ -60,13 +61,50 @@ pub(crate) enum Job {
     /// Hand the actor over for a move (ADR 0017), unless the attempt
     /// `token` was given up meanwhile or a socket is open.
     Move {
-        token: u64,
-        reply: crate::moves::MoveReply,
+        order: Box<dyn MoveOrder>,
+        reply: MoveReply,
     },
     /// Delete the actor (ADR 0055): hand it over now, after the events
     /// queued before this job, deleting its data before its ownership
-    /// record is released.
-    Delete,
+    /// record is released, if the order still stands when the job runs.
+    Delete(Box<dyn DeleteOrder>),
+}
+
+/// What the move job in the actor's mailbox reports.
+#[derive(Debug)]
+pub(crate) enum MoveOutcome {
+    /// Handed over and released; the committed alarm it had.
+    Released { alarm: Option<i64> },
+    /// Kept: a socket is open (or the alarm could not be read).
+    Busy(&'static str),
+    /// Handed over, but the ownership record could not be released within
+    /// one lease TTL: it expires with this node's lease.
+    ReleaseFailed,
+    /// This attempt was given up before the job ran.
+    Abandoned,
+}
+
+pub(crate) type MoveReply = oneshot::Sender<MoveOutcome>;
+
+/// A move of the actor as its mailbox sees it (ADR 0017); the move itself
+/// (keys, the take call) is `peering::moves`'s, which implements this.
+pub(crate) trait MoveOrder: Send + Sync {
+    /// Whether this attempt is still the move under way when the job runs.
+    fn is_current(&self, node: &Node, actor: &ActorId) -> bool;
+    /// Forgets the move (only the planted bug `hibernate_after_release`).
+    fn forget(&self, node: &Node, actor: &ActorId);
+}
+
+/// A delete of the actor as its mailbox sees it (ADR 0055); the request
+/// itself (the delete key) is `peering::deletes`'s, which implements this.
+#[async_trait::async_trait]
+pub(crate) trait DeleteOrder: Send + Sync {
+    /// Whether the request still stands: a pass that listed the key before
+    /// an earlier deletion removed it must not delete the new actor's writes.
+    async fn stands(&self, node: &Node, actor: &ActorId) -> bool;
+    /// The actor's data is gone (called while the record still names this
+    /// node, before its release).
+    async fn done(&self, node: &Node, actor: &ActorId);
 }
 
 /// A finished event waiting for its output gate.
@@ -89,7 +127,9 @@ struct Active {
     /// are, an event whose gate is open is delivered by the mailbox itself.
     releasing: Arc<AtomicUsize>,
     /// Set when the actor leaves for a move: told how the hand-over went.
-    move_reply: Option<crate::moves::MoveReply>,
+    move_reply: Option<(MoveReply, Box<dyn MoveOrder>)>,
+    /// Set when the actor leaves to be deleted: told once its data is gone.
+    delete_order: Option<Box<dyn DeleteOrder>>,
     /// Jobs run since the activation, counted up to 2: after only one, the
     /// instance is dropped as soon as the mailbox is empty (ADR 0024,
     /// amended). Most actors activated by one event get no second one
@@ -249,6 +289,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
         releaser,
         releasing,
         move_reply: None,
+        delete_order: None,
         jobs_run: 0,
     })
 }
@@ -415,7 +456,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 let outcome = match result {
                     // Checked before the commit: an answer that cannot be
                     // sent fails the event whole, its writes with it.
-                    Ok(response) => match crate::http::check_response(&response) {
+                    Ok(response) => match crate::front::http::check_response(&response) {
                         Ok(()) => Ok(Some(response)),
                         Err(reason) => {
                             node.metrics.guest_failures.fetch_add(1, Ordering::Relaxed);
@@ -452,14 +493,14 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 Box::pin(run_alarm(node, stub, active, fire, alarm_before)).await;
                 return;
             }
-            Job::Hibernate | Job::Drain | Job::Delete => {
+            Job::Hibernate | Job::Drain | Job::Delete(_) => {
                 host(instance).store.rollback_event();
                 return;
             }
             Job::Move { reply, .. } => {
                 // Reached only when queued behind a hand-over that began.
                 host(instance).store.rollback_event();
-                let _ = reply.send(crate::moves::MoveOutcome::Abandoned);
+                let _ = reply.send(MoveOutcome::Abandoned);
                 return;
             }
         };
@@ -721,7 +762,7 @@ async fn hand_over(
     if healthy {
         // Events queued before the close still run here.
         while let Ok(job) = rx.try_recv() {
-            if !matches!(*job, Job::Hibernate | Job::Drain | Job::Delete) {
+            if !matches!(*job, Job::Hibernate | Job::Drain | Job::Delete(_)) {
                 run_job(node, stub, &mut active, *job).await;
             }
         }
@@ -764,6 +805,7 @@ async fn hand_over(
         releaser,
         releasing: _,
         move_reply,
+        delete_order,
         jobs_run: _,
     } = active;
     drop(release_tx);
@@ -784,7 +826,7 @@ async fn hand_over(
     // open the actor meanwhile (ADR 0055).
     let deleted = deleting
         && !stub.is_fenced()
-        && match unless_lapsed(node, crate::deletes::delete_data(node, &stub.id)).await {
+        && match unless_lapsed(node, delete_data(node, &stub.id)).await {
             Some(Ok(())) => true,
             Some(Err(e)) => {
                 tracing::warn!(actor = %stub.id, error = %e, "deleting the actor's data failed; the next pass over the delete keys tries again");
@@ -795,7 +837,9 @@ async fn hand_over(
     if deleted {
         // Before the release: a pass that lists the key from now on finds
         // the actor still held here, and leaves it be.
-        crate::deletes::done(node, &stub.id).await;
+        if let Some(order) = &delete_order {
+            order.done(node, &stub.id).await;
+        }
     }
     if healthy && !deleting {
         // The lease is kept while a socket is closing: its client learns
@@ -829,13 +873,15 @@ async fn hand_over(
     if leave == Leave::Move && planted::hibernate_after_release() {
         // Planted bug (ADR 0017's first draft): forget the move right after
         // the release, so this node's next event claims the actor back.
-        node.moves.forget(&stub.id);
+        if let Some((_, order)) = &move_reply {
+            order.forget(node, &stub.id);
+        }
     }
     node.end_release(stub, released);
-    if let Some(reply) = move_reply {
+    if let Some((reply, _)) = move_reply {
         let outcome = match returned {
-            LeaseReturn::Released => crate::moves::MoveOutcome::Released { alarm },
-            LeaseReturn::Failed => crate::moves::MoveOutcome::ReleaseFailed,
+            LeaseReturn::Released => MoveOutcome::Released { alarm },
+            LeaseReturn::Failed => MoveOutcome::ReleaseFailed,
         };
         let _ = reply.send(outcome);
     }
@@ -873,7 +919,7 @@ async fn hand_over(
 async fn await_sockets_closed(stub: &Stub) {
     /// How often the closing sockets are counted.
     const POLL: std::time::Duration = std::time::Duration::from_millis(10);
-    let deadline = tokio::time::Instant::now() + crate::sockets::CLOSE_HANDSHAKE_TIME_MAX;
+    let deadline = tokio::time::Instant::now() + crate::front::sockets::CLOSE_HANDSHAKE_TIME_MAX;
     while stub.sockets.lock().closing > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(POLL).await;
     }
@@ -960,18 +1006,19 @@ async fn serve_until_leave(
             // Only while the request stands: a pass that listed the key
             // before an earlier deletion removed it must not delete the
             // new actor's writes.
-            Some(Job::Delete) => {
-                if crate::deletes::requested(node, &stub.id).await {
+            Some(Job::Delete(order)) => {
+                if order.stands(node, &stub.id).await {
+                    active.delete_order = Some(order);
                     return Leave::Delete;
                 }
             }
-            Some(Job::Move { token, reply }) => {
-                if !node.moves.is_current(&stub.id, token) {
-                    let _ = reply.send(crate::moves::MoveOutcome::Abandoned);
+            Some(Job::Move { order, reply }) => {
+                if !order.is_current(node, &stub.id) {
+                    let _ = reply.send(MoveOutcome::Abandoned);
                 } else if stub.open_sockets() > 0 {
-                    let _ = reply.send(crate::moves::MoveOutcome::Busy("a socket is still open"));
+                    let _ = reply.send(MoveOutcome::Busy("a socket is still open"));
                 } else {
-                    active.move_reply = Some(reply);
+                    active.move_reply = Some((reply, order));
                     return Leave::Move;
                 }
             }

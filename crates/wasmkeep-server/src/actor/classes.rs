@@ -12,7 +12,7 @@ use wasmkeep_bucket::Bucket;
 use wasmkeep_runtime::Runtime;
 use wasmkeep_types::{ClassName, Keys};
 
-use crate::guest::{GuestClass, GuestEngine, WasmtimeEngine};
+use crate::actor::guest::{GuestClass, GuestEngine, WasmtimeEngine};
 use crate::node::{ClassPending, Node};
 use crate::{Error, Result};
 
