@@ -14,6 +14,9 @@
 //! moves [`Young::placing`] twice (odd while a file is being written), and a
 //! disk read that saw it move is done again, after a few tries with the read
 //! lock held (which keeps placements out).
+//!
+//! It never decides whether an object stays young (the committer does) nor
+//! when it goes in place (the checkpoints do).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, OpenOptions};
@@ -28,7 +31,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use parking_lot::RwLock;
 
-use crate::journal::{Adopted, EntryAt, JournalReader};
+use super::journal::{Adopted, EntryAt, JournalReader};
 use crate::{Etag, Object, ObjectMeta};
 
 /// Disk reads tried without the read lock before one is done with it.
