@@ -14,12 +14,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use parking_lot::RwLockWriteGuard;
+
 use super::plan::{Overlay, Plan, journal_budget};
 use super::state::{Committer, JournalPosition, WriteOp, WriteRequest};
 use crate::folder::journal::{Entry, EntryAt, EntryKind, Journal};
 use crate::folder::layout::{io_unavailable, is_missing, rename_error};
 use crate::folder::locks::{flock, stripe_of};
-use crate::folder::young::YoungObject;
+use crate::folder::young::{Index, YoungObject};
 use crate::{Error, ObjectMeta, Result};
 
 impl Committer {
@@ -103,6 +105,8 @@ impl Committer {
         }
     }
 
+    /// A batch whose stripes are locked (or that is alone on the folder),
+    /// step by step: one answer per request, in request order.
     fn commit_locked(
         &mut self,
         batch: &[WriteRequest],
@@ -110,8 +114,56 @@ impl Committer {
         journal: Option<JournalPosition>,
         solo: bool,
     ) -> Vec<Result<Option<ObjectMeta>>> {
+        let mut plans = self.plan_batch(batch, budget, journal, solo);
+
+        // 1. Make the new files that the journal does not hold durable
+        //    before any of them becomes visible.
+        self.sync_new_files(&mut plans, batch);
+
+        // 1b. Journal mode: the journaled writes and deletes, durable in the
+        //     journal before any of them becomes visible (`young_at`: where
+        //     each young write's entry sits in it).
+        let young_at = match journal {
+            Some(position) => self.append_to_journal(&mut plans, batch, position, solo),
+            None => Vec::new(),
+        };
+
+        // 2. Rename into place / remove, in request order. The young index
+        //    changes with the files (see `young.rs`); its lock is needed
+        //    only while it may hold something.
+        let solo_state = self.solo.as_ref().map(|s| Arc::clone(&s.young));
+        let mut index_guard = solo_state.as_ref().and_then(|young| {
+            let objects = young.objects().write();
+            (solo || !objects.is_empty()).then_some(objects)
+        });
+        let mut done = self.apply(plans, batch, &young_at, journal, &mut index_guard);
+
+        // 3. Make the renames durable (those the journal does not hold).
+        self.sync_renames(batch, &mut done);
+
+        drop(index_guard);
+
+        // 4. Journal mode: mark the writes synced in place, so an older
+        //    journaled entry for their key is never replayed over them.
+        if let Some(position) = journal
+            && !done.markers.is_empty()
+        {
+            self.mark_synced_in_place(batch, &mut done, position, solo);
+        }
+        done.answers
+    }
+
+    /// Each request's plan, in request order (see [`Committer::plan`]); a
+    /// request refused is answered in its plan.
+    fn plan_batch(
+        &mut self,
+        batch: &[WriteRequest],
+        budget: &[usize],
+        journal: Option<JournalPosition>,
+        solo: bool,
+    ) -> Vec<Plan> {
         let mut overlay = Overlay::default();
-        let mut plans: Vec<Plan> = batch
+        batch
             .iter()
             .zip(budget)
             .map(|(r, bytes)| {
@@ -119,12 +171,12 @@ impl Committer {
                 self.plan(&mut overlay, r, journaled, solo)
                     .unwrap_or_else(|e| Plan::Answered(Err(e)))
             })
-            .collect();
-        // Where each young write's entry sits in the journal.
-        let mut young_at: Vec<Option<EntryAt>> = Vec::new();
+            .collect()
+    }
 
-        // 1. Make the new files that the journal does not hold durable
-        //    before any of them becomes visible.
+    /// Step 1: syncs the new files that the journal does not hold; if that
+    /// fails, nothing of the batch is applied.
+    fn sync_new_files(&self, plans: &mut [Plan], batch: &[WriteRequest]) {
         let temps: Vec<&Path> = plans
             .iter()
             .filter_map(|p| match p {
@@ -139,98 +191,112 @@ impl Committer {
         if !temps.is_empty()
             && let Err(e) = self.sync_files(&temps)
         {
-            fail_unapplied(&mut plans, batch, "sync new files", &e);
+            fail_unapplied(plans, batch, "sync new files", &e);
         }
+    }
 
-        // 1b. Journal mode: the journaled writes and deletes, durable in the
-        //     journal before any of them becomes visible.
-        if let Some(position) = journal {
-            // Which plan each entry is of, and whether any must be durable.
-            let mut entry_plans = Vec::new();
-            let mut durable_entries = false;
-            let entries: Vec<Entry<'_>> = plans
-                .iter()
-                .zip(batch)
-                .enumerate()
-                .filter_map(|(at, (plan, request))| {
-                    let index = u32::try_from(at).expect("batches are small");
-                    let entry = match (plan, &request.op) {
-                        (
-                            Plan::Pending { .. } | Plan::Young { .. },
-                            WriteOp::Put(body)
-                            | WriteOp::PutIfAbsent(body)
-                            | WriteOp::PutIfMatch(body, _),
-                        ) => Entry {
-                            index,
-                            kind: EntryKind::Put,
-                            key: &request.key,
-                            body,
-                            young: solo,
+    /// Step 1b: appends the batch's journaled writes and deletes (flushed
+    /// unless none must be durable), making the pending files meanwhile; if
+    /// that fails, nothing of the batch is applied. Returns where each young
+    /// write's entry sits in the journal (empty unless alone on the folder).
+    fn append_to_journal(
+        &mut self,
+        plans: &mut [Plan],
+        batch: &[WriteRequest],
+        position: JournalPosition,
+        solo: bool,
+    ) -> Vec<Option<EntryAt>> {
+        let mut young_at: Vec<Option<EntryAt>> = Vec::new();
+        // Which plan each entry is of, and whether any must be durable.
+        let mut entry_plans = Vec::new();
+        let mut durable_entries = false;
+        let entries: Vec<Entry<'_>> = plans
+            .iter()
+            .zip(batch)
+            .enumerate()
+            .filter_map(|(at, (plan, request))| {
+                let index = u32::try_from(at).expect("batches are small");
+                let entry = match (plan, &request.op) {
+                    (
+                        Plan::Pending { .. } | Plan::Young { .. },
+                        WriteOp::Put(body)
+                        | WriteOp::PutIfAbsent(body)
+                        | WriteOp::PutIfMatch(body, _),
+                    ) => Entry {
+                        index,
+                        kind: EntryKind::Put,
+                        key: &request.key,
+                        body,
+                        young: solo,
+                    },
+                    // Alone, a delete that need not be durable is
+                    // journaled too (not flushed for its own sake):
+                    // else a crash would bring back every young object
+                    // deleted since the last checkpoint, and the next
+                    // open would write each of them as a file.
+                    (
+                        Plan::Remove {
+                            existed: Some(_),
+                            durable,
                         },
-                        // Alone, a delete that need not be durable is
-                        // journaled too (not flushed for its own sake):
-                        // else a crash would bring back every young object
-                        // deleted since the last checkpoint, and the next
-                        // open would write each of them as a file.
-                        (
-                            Plan::Remove {
-                                existed: Some(_),
-                                durable,
-                            },
-                            _,
-                        ) if *durable || solo => Entry {
-                            index,
-                            kind: EntryKind::Delete,
-                            key: &request.key,
-                            body: &[],
-                            young: solo,
-                        },
-                        _ => return None,
-                    };
-                    durable_entries |= !matches!(plan, Plan::Remove { durable: false, .. });
-                    entry_plans.push(at);
-                    Some(entry)
-                })
-                .collect();
-            // The new files are made before the journal's flush: invisible
-            // until renamed, which waits for the flush.
-            let mut journal = self.journal.take().expect("journal mode");
-            let appended = journal.append_with(
-                position.epoch,
-                position.order,
-                &entries,
-                durable_entries,
-                || {
-                    self.make_pending_files(&mut plans, batch);
-                },
-            );
-            if appended.is_ok() && solo {
-                young_at = vec![None; plans.len()];
-                for (plan, at) in entry_plans.iter().zip(journal.appended()) {
-                    young_at[*plan] = Some(*at);
-                }
-            }
-            self.journal = Some(journal);
-            drop(entries);
-            if let Err(e) = appended {
-                fail_unapplied(&mut plans, batch, "append to the journal", &e);
+                        _,
+                    ) if *durable || solo => Entry {
+                        index,
+                        kind: EntryKind::Delete,
+                        key: &request.key,
+                        body: &[],
+                        young: solo,
+                    },
+                    _ => return None,
+                };
+                durable_entries |= !matches!(plan, Plan::Remove { durable: false, .. });
+                entry_plans.push(at);
+                Some(entry)
+            })
+            .collect();
+        // The new files are made before the journal's flush: invisible
+        // until renamed, which waits for the flush.
+        let mut journal = self.journal.take().expect("journal mode");
+        let appended = journal.append_with(
+            position.epoch,
+            position.order,
+            &entries,
+            durable_entries,
+            || {
+                self.make_pending_files(plans, batch);
+            },
+        );
+        if appended.is_ok() && solo {
+            young_at = vec![None; plans.len()];
+            for (plan, at) in entry_plans.iter().zip(journal.appended()) {
+                young_at[*plan] = Some(*at);
             }
         }
+        self.journal = Some(journal);
+        drop(entries);
+        if let Err(e) = appended {
+            fail_unapplied(plans, batch, "append to the journal", &e);
+        }
+        young_at
+    }
 
-        // 2. Rename into place / remove, in request order. Folders to sync:
-        //    those of writes and deletes the journal does not hold.
+    /// Step 2: renames into place and removes, in request order, and indexes
+    /// the young writes (`index_guard`: the young index, write-locked while
+    /// it may hold something). Folders to sync: those of writes and deletes
+    /// the journal does not hold.
+    fn apply(
+        &mut self,
+        plans: Vec<Plan>,
+        batch: &[WriteRequest],
+        young_at: &[Option<EntryAt>],
+        journal: Option<JournalPosition>,
+        index_guard: &mut Option<RwLockWriteGuard<'_, Index>>,
+    ) -> Applied {
         let mut touched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
         let mut unsynced_dirs: BTreeSet<PathBuf> = BTreeSet::new();
         let mut answers = Vec::with_capacity(plans.len());
         let mut applied = Vec::with_capacity(plans.len());
         let mut markers = Vec::new();
-        // The young index changes with the files (see `young.rs`); its lock
-        // is needed only while it may hold something.
-        let solo_state = self.solo.as_ref().map(|s| Arc::clone(&s.young));
-        let mut index_guard = solo_state.as_ref().and_then(|young| {
-            let objects = young.objects().write();
-            (solo || !objects.is_empty()).then_some(objects)
-        });
         let now = SystemTime::now();
         for (index, (plan, request)) in plans.into_iter().zip(batch).enumerate() {
             let key = request.key.as_str();
@@ -373,12 +439,23 @@ impl Committer {
             };
             answers.push(answer);
         }
+        Applied {
+            answers,
+            applied,
+            touched_dirs,
+            markers,
+        }
+    }
 
-        // 3. Make the renames durable (those the journal does not hold).
-        if !touched_dirs.is_empty()
-            && let Err(e) = self.sync_dirs(&touched_dirs)
+    /// Step 3: syncs the folders of the renames the journal does not hold;
+    /// if that fails, those writes' outcome is unknown and none is marked.
+    fn sync_renames(&self, batch: &[WriteRequest], done: &mut Applied) {
+        if !done.touched_dirs.is_empty()
+            && let Err(e) = self.sync_dirs(&done.touched_dirs)
         {
-            for ((answer, request), applied) in answers.iter_mut().zip(batch).zip(&applied) {
+            for ((answer, request), applied) in
+                done.answers.iter_mut().zip(batch).zip(&done.applied)
+            {
                 if *applied {
                     *answer = Err(Error::OutcomeUnknown {
                         key: request.key.clone(),
@@ -386,43 +463,58 @@ impl Committer {
                     });
                 }
             }
-            markers.clear();
+            done.markers.clear();
         }
+    }
 
-        drop(index_guard);
-
-        // 4. Journal mode: mark the writes synced in place, so an older
-        //    journaled entry for their key is never replayed over them.
-        if let Some(position) = journal
-            && !markers.is_empty()
-        {
-            let entries: Vec<Entry<'_>> = markers
-                .iter()
-                .map(|index| Entry {
-                    index: u32::try_from(*index).expect("batches are small"),
-                    kind: EntryKind::Durable,
-                    key: &batch[*index].key,
-                    body: &[],
-                    young: solo,
-                })
-                .collect();
-            let appended = self.journal.as_mut().expect("journal mode").append(
-                position.epoch,
-                position.order,
-                &entries,
-                || {},
-            );
-            if let Err(e) = appended {
-                for index in &markers {
-                    answers[*index] = Err(Error::OutcomeUnknown {
-                        key: batch[*index].key.clone(),
-                        reason: format!("journal marker failed: {e}"),
-                    });
-                }
+    /// Step 4: marks the writes synced in place in the journal (see
+    /// [`EntryKind::Durable`]).
+    fn mark_synced_in_place(
+        &mut self,
+        batch: &[WriteRequest],
+        done: &mut Applied,
+        position: JournalPosition,
+        solo: bool,
+    ) {
+        let entries: Vec<Entry<'_>> = done
+            .markers
+            .iter()
+            .map(|index| Entry {
+                index: u32::try_from(*index).expect("batches are small"),
+                kind: EntryKind::Durable,
+                key: &batch[*index].key,
+                body: &[],
+                young: solo,
+            })
+            .collect();
+        let appended = self.journal.as_mut().expect("journal mode").append(
+            position.epoch,
+            position.order,
+            &entries,
+            || {},
+        );
+        if let Err(e) = appended {
+            for index in &done.markers {
+                done.answers[*index] = Err(Error::OutcomeUnknown {
+                    key: batch[*index].key.clone(),
+                    reason: format!("journal marker failed: {e}"),
+                });
             }
         }
-        answers
     }
+}
+
+/// What step 2 of a batch leaves for steps 3 and 4.
+struct Applied {
+    /// One answer per request.
+    answers: Vec<Result<Option<ObjectMeta>>>,
+    /// Per request: applied, and durable only once `touched_dirs` are
+    /// synced (a failed sync makes its outcome unknown).
+    applied: Vec<bool>,
+    /// The folders of the writes and deletes the journal does not hold.
+    touched_dirs: BTreeSet<PathBuf>,
+    /// The requests synced in place, whose keys get a marker in the journal.
+    markers: Vec<usize>,
 }
 
 /// Answers every plan not yet answered with `what` failed, removing its
