@@ -65,7 +65,9 @@ impl Solo {
         young.adopt(adopted);
         {
             let young = Arc::clone(&young);
-            journal.set_placer(Arc::new(move |epoch| young.place_through(epoch).map(drop)));
+            journal.set_placer(Arc::new(move |generation| {
+                young.place_through(generation).map(drop)
+            }));
         }
         let alone = hold.mode() == Mode::Solo;
         if alone {

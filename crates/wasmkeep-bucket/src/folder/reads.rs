@@ -146,7 +146,7 @@ pub(super) enum Detail {
     /// Everything: each object is read for its etag.
     Full,
     /// Its key and size only (the etag is left empty and the time is the
-    /// epoch): for [`Bucket::list_keys`], which passes on neither.
+    /// Unix epoch): for [`Bucket::list_keys`], which passes on neither.
     Size,
 }
 

@@ -103,7 +103,7 @@ impl Hold {
     /// Takes `.wal/solo` exclusively if nobody holds it and nobody else is
     /// on the folder, without waiting: `None` otherwise (nothing held). A
     /// recovery that finds young objects of a gone solo process tries this
-    /// under the exclusive epoch lock, to adopt them instead of writing
+    /// under the exclusive generation lock, to adopt them instead of writing
     /// them as files (ADR 0040); `take` could wait for a knock there, and
     /// the knocked process's checkpoint needs that lock.
     pub(crate) fn try_solo(

@@ -98,11 +98,11 @@ pub(super) fn exchange(a: &Path, b: &Path) -> io::Result<()> {
 }
 
 /// Opens (creating it if needed) a small file that is read under a lock on
-/// every batch: a stripe's lock file with its counter, the journal's epoch.
-/// Without `O_NOATIME`, each read after the counter's last write would
-/// update the file's access time (`relatime`) and dirty its inode for the
-/// next flush or checkpoint to write. Where the flag is refused (a file of
-/// another user), the file opens without it.
+/// every batch: a stripe's lock file with its counter, the journal's generation
+/// (`.wal/epoch`). Without `O_NOATIME`, each read after the counter's last
+/// write would update the file's access time (`relatime`) and dirty its inode
+/// for the next flush or checkpoint to write. Where the flag is refused (a file
+/// of another user), the file opens without it.
 pub(crate) fn open_counter_file(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let open = |flags: libc::c_int| {

@@ -85,7 +85,7 @@ impl Committer {
                     if let Some(journal) = &mut self.journal
                         && let Err(e) = journal.end_batch()
                     {
-                        tracing::error!(error = %e, "folder bucket: releasing the epoch lock failed");
+                        tracing::error!(error = %e, "folder bucket: releasing the generation lock failed");
                     }
                     answers
                 }
@@ -258,7 +258,7 @@ impl Committer {
         // until renamed, which waits for the flush.
         let mut journal = self.journal.take().expect("journal mode");
         let appended = journal.append_with(
-            position.epoch,
+            position.generation,
             position.order,
             &entries,
             durable_entries,
@@ -337,7 +337,7 @@ impl Committer {
                                 key,
                                 YoungObject {
                                     at,
-                                    epoch: position.epoch,
+                                    generation: position.generation,
                                     etag: etag.clone(),
                                     size,
                                     modified: now,
@@ -488,7 +488,7 @@ impl Committer {
             })
             .collect();
         let appended = self.journal.as_mut().expect("journal mode").append(
-            position.epoch,
+            position.generation,
             position.order,
             &entries,
             || {},

@@ -1,7 +1,7 @@
 //! What the committer holds between batches, and how a batch begins: the
 //! writes sent to it, the stripes' lock files and the orders they count
 //! (alone on the folder, a block of orders reserved ahead instead, ADR
-//! 0035), the journal epoch a batch carries, and the close after the
+//! 0035), the journal generation a batch carries, and the close after the
 //! last batch.
 //!
 //! It never plans, writes or renames an object (`plan`, `files` and
@@ -151,7 +151,7 @@ impl Committer {
     }
 
     /// A batch alone on the folder: the next order of the block reserved for
-    /// such batches, and the epoch under the journal's in-process gate.
+    /// such batches, and the generation under the journal's in-process gate.
     pub(super) fn begin_solo_batch(
         &mut self,
         gate: &parking_lot::MutexGuard<'_, ()>,
@@ -164,8 +164,8 @@ impl Committer {
             .next()
             .expect("a reserved block is not empty");
         let journal = self.journal.as_mut().expect("journal mode");
-        let epoch = journal.begin_solo_batch(gate)?;
-        Ok(JournalPosition { epoch, order })
+        let generation = journal.begin_solo_batch(gate)?;
+        Ok(JournalPosition { generation, order })
     }
 
     /// Moves every stripe's counter [`SOLO_ORDERS`] past the highest one and
@@ -209,12 +209,12 @@ impl Committer {
         reserved
     }
 
-    /// Takes the shared epoch lock and the batch's order (one more than the
-    /// highest counter of its stripes, which all move to it). The epoch lock
-    /// is released again on error.
+    /// Takes the shared generation lock and the batch's order (one more than
+    /// the highest counter of its stripes, which all move to it). The
+    /// generation lock is released again on error.
     pub(super) fn begin_journal_batch(&mut self, stripes: &[usize]) -> io::Result<JournalPosition> {
         let journal = self.journal.as_mut().expect("journal mode");
-        let epoch = journal.begin_batch()?;
+        let generation = journal.begin_batch()?;
         let ordered = (|| {
             let mut order = 0u64;
             for stripe in stripes {
@@ -229,7 +229,7 @@ impl Committer {
             Ok(order)
         })();
         match ordered {
-            Ok(order) => Ok(JournalPosition { epoch, order }),
+            Ok(order) => Ok(JournalPosition { generation, order }),
             Err(e) => {
                 let journal = self.journal.as_mut().expect("journal mode");
                 let _ = journal.end_batch();
@@ -263,9 +263,9 @@ pub(crate) fn empty_orders() -> std::ops::RangeInclusive<u64> {
     orders
 }
 
-/// Where a journal batch stands: its epoch and its order.
+/// Where a journal batch stands: its generation and its order.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct JournalPosition {
-    pub(super) epoch: u64,
+    pub(super) generation: u64,
     pub(super) order: u64,
 }

@@ -1,8 +1,8 @@
-//! Checkpoints (ADR 0025, 0034): a checkpoint moves the epoch on once
+//! Checkpoints (ADR 0025, 0034): a checkpoint moves the generation on once
 //! every batch of the old one is in place, puts the young objects of the
-//! epochs it passed in place, syncs the file system, and raises the
-//! durable epoch; while the journal holds young objects, a periodic
-//! one lags an epoch behind. The checkpointer thread runs one every
+//! generations it passed in place, syncs the file system, and raises the
+//! durable generation; while the journal holds young objects, a periodic
+//! one lags a generation behind. The checkpointer thread runs one every
 //! interval; [`Checkpoints`] runs them from other threads.
 //!
 //! It never appends an entry and never recovers a journal: the dead
@@ -29,30 +29,30 @@ pub(super) struct Shared {
     /// A descriptor of `.wal/epoch` for the exclusive lock of checkpoints
     /// (the committer's shared locks use another one: `flock` locks belong to
     /// open file descriptions).
-    pub(super) epoch_exclusive: Mutex<File>,
+    pub(super) generation_exclusive: Mutex<File>,
     /// Held by a batch of this process while it is alone on the folder,
     /// instead of the shared `flock` on `.wal/epoch` (ADR 0035), and by a
     /// checkpoint around its bump: with no other process on the folder, the
     /// only bump such a batch must not straddle is this process's own.
     pub(super) gate: Arc<Mutex<()>>,
     pub(super) durable: File,
-    /// The highest epoch this process journaled (0: none).
+    /// The highest generation this process journaled (0: none).
     pub(super) journaled: AtomicU64,
-    /// The highest durable epoch this process knows of.
+    /// The highest durable generation this process knows of.
     pub(super) durable_seen: AtomicU64,
     /// Journals of gone processes (same boot) whose entries the next
     /// checkpoint makes durable in place; locked by this process, removed
     /// after that checkpoint.
     pub(super) pending: Mutex<Vec<(PathBuf, File)>>,
-    /// Puts young objects (ADR 0034) of epochs up to the one given in
+    /// Puts young objects (ADR 0034) of generations up to the one given in
     /// place; each checkpoint calls it before its `syncfs`.
     pub(super) placer: Mutex<Option<Placer>>,
-    /// Whether the journal is marked as holding young entries (the process
-    /// is alone on the folder): then a periodic checkpoint lags by one epoch
+    /// Whether the journal is marked as holding young entries (the process is
+    /// alone on the folder): then a periodic checkpoint lags by one generation
     /// (see [`Shared::checkpoint`]).
     pub(super) young: AtomicBool,
-    /// The newest epoch this process has seen (its batches', its bumps').
-    pub(super) epoch_seen: AtomicU64,
+    /// The newest generation this process has seen (its batches', its bumps').
+    pub(super) generation_seen: AtomicU64,
     pub(super) stop: Mutex<bool>,
     pub(super) wake: Condvar,
 }
@@ -62,70 +62,73 @@ pub(crate) type Placer = Arc<dyn Fn(u64) -> io::Result<()> + Send + Sync>;
 
 impl Shared {
     /// A checkpoint. `full`: every journaled entry so far is durable in place
-    /// when it returns (see the journal's module docs). Otherwise, while the journal
-    /// holds young objects, it lags one epoch behind (ADR 0034, amended):
-    /// it puts in place and makes durable the epoch before the current one,
-    /// then bumps the epoch. A young object then becomes a file only if it
-    /// outlives a whole epoch, not merely the checkpoint that ends its own:
-    /// most of a busy actor's records and snapshots die within a second.
+    /// when it returns (see the journal's module docs). Otherwise, while the
+    /// journal holds young objects, it lags one generation behind (ADR 0034,
+    /// amended): it puts in place and makes durable the generation before the
+    /// current one, then bumps the generation. A young object then becomes a
+    /// file only if it outlives a whole generation, not merely the checkpoint
+    /// that ends its own: most of a busy actor's records and snapshots die
+    /// within a second.
     pub(super) fn checkpoint(&self, full: bool) -> io::Result<()> {
         if !full && self.young.load(Ordering::SeqCst) && self.pending.lock().is_empty() {
             return self.checkpoint_lagging();
         }
-        // Every batch of the epoch bumped past is done (they hold the shared
-        // lock or the gate): its young objects go in place before the sync
-        // that makes them durable.
-        let epoch = self.bump()?;
-        self.make_durable(epoch)
+        // Every batch of the generation bumped past is done (they hold the
+        // shared lock or the gate): its young objects go in place before the
+        // sync that makes them durable.
+        let generation = self.bump()?;
+        self.make_durable(generation)
     }
 
-    /// The lagging checkpoint of a process alone on the folder: the epoch
+    /// The lagging checkpoint of a process alone on the folder: the generation
     /// before the current one goes in place and is made durable, then the
-    /// epoch is bumped. In that order, the region the new epoch writes to
-    /// (the one of the epoch made durable here) can start over at its first
-    /// batch, as after a full checkpoint.
+    /// generation is bumped. In that order, the region the new generation
+    /// writes to (the one of the generation made durable here) can start over
+    /// at its first batch, as after a full checkpoint.
     fn checkpoint_lagging(&self) -> io::Result<()> {
-        let current = read_u64(&self.epoch_exclusive.lock(), 0)?
+        let current = read_u64(&self.generation_exclusive.lock(), 0)?
             .unwrap_or(1)
             .max(1);
-        // The bump to `current` waited for every batch of the epoch before,
-        // so all its objects are in the young index or in place.
+        // The bump to `current` waited for every batch of the generation
+        // before, so all its objects are in the young index or in place.
         self.make_durable(current - 1)?;
         self.bump().map(drop)
     }
 
-    /// Moves the epoch on by one, once every batch of the current one is
-    /// done (a batch holds the gate or the shared lock); returns the epoch
+    /// Moves the generation on by one, once every batch of the current one is
+    /// done (a batch holds the gate or the shared lock); returns the generation
     /// moved past.
     fn bump(&self) -> io::Result<u64> {
         let gate = self.gate.lock();
-        let epoch_file = self.epoch_exclusive.lock();
-        flock(&epoch_file, libc::LOCK_EX)?;
+        let generation_file = self.generation_exclusive.lock();
+        flock(&generation_file, libc::LOCK_EX)?;
         let bumped = (|| {
-            let epoch = read_u64(&epoch_file, 0)?.unwrap_or(1).max(1);
-            epoch_file.write_all_at(&(epoch + 1).to_le_bytes(), 0)?;
-            Ok::<_, io::Error>(epoch)
+            let generation = read_u64(&generation_file, 0)?.unwrap_or(1).max(1);
+            generation_file.write_all_at(&(generation + 1).to_le_bytes(), 0)?;
+            Ok::<_, io::Error>(generation)
         })();
-        let unlocked = flock(&epoch_file, libc::LOCK_UN);
-        let epoch = bumped?;
+        let unlocked = flock(&generation_file, libc::LOCK_UN);
+        let generation = bumped?;
         unlocked?;
-        drop(epoch_file);
+        drop(generation_file);
         drop(gate);
-        self.epoch_seen.fetch_max(epoch + 1, Ordering::SeqCst);
-        Ok(epoch)
+        self.generation_seen
+            .fetch_max(generation + 1, Ordering::SeqCst);
+        Ok(generation)
     }
 
-    /// Puts the young objects of epochs up to `epoch` in place, syncs the
-    /// file system and raises the durable epoch to `epoch`; then removes the
-    /// dead journals taken over at open (only a full checkpoint has any).
-    fn make_durable(&self, epoch: u64) -> io::Result<()> {
+    /// Puts the young objects of generations up to `generation` in place, syncs
+    /// the file system and raises the durable generation to `generation`; then
+    /// removes the dead journals taken over at open (only a full checkpoint has
+    /// any).
+    fn make_durable(&self, generation: u64) -> io::Result<()> {
         let placer = self.placer.lock().clone();
         if let Some(place) = placer {
-            place(epoch)?;
+            place(generation)?;
         }
         syncfs(&self.root_dir)?;
-        raise_durable(&self.durable, epoch)?;
-        self.durable_seen.fetch_max(epoch, Ordering::SeqCst);
+        raise_durable(&self.durable, generation)?;
+        self.durable_seen.fetch_max(generation, Ordering::SeqCst);
         // Their entries predate the bump of this full checkpoint: durable in
         // place now.
         let pending = std::mem::take(&mut *self.pending.lock());

@@ -39,7 +39,7 @@ const PAD_TIME_MAX: Duration = Duration::from_millis(5);
 /// This process's journal: a gone process's padded journal taken over (its
 /// entries are all durable now, so a replay skips them, and its pads still
 /// surround it), else a new one. Removes the other gone journals and the
-/// pads whose journal is gone. The caller holds the exclusive epoch lock.
+/// pads whose journal is gone. The caller holds the exclusive generation lock.
 pub(super) fn take_journal(
     dir: &Path,
     dead: Vec<(PathBuf, File)>,
@@ -55,7 +55,7 @@ pub(super) fn take_journal(
             && let Some(pads) = pads
         {
             // The lock moves to a descriptor that can write; nobody else
-            // looks for gone journals while we hold the epoch lock.
+            // looks for gone journals while we hold the generation lock.
             let reopened = OpenOptions::new().read(true).write(true).open(&path);
             drop(lock);
             if let Ok(file) = reopened
@@ -77,7 +77,7 @@ pub(super) fn take_journal(
 
 /// Creates this process's journal: zero-filled, locked, and durable as a
 /// folder entry before any batch relies on it; padded where the file system
-/// allows (returns the pads' folder). The caller holds the exclusive epoch
+/// allows (returns the pads' folder). The caller holds the exclusive generation
 /// lock.
 pub(super) fn create_journal_file(dir: &Path) -> io::Result<(PathBuf, File, Option<PathBuf>)> {
     let name = format!(
@@ -212,7 +212,7 @@ pub(super) fn inode_number(file: &File) -> io::Result<u64> {
 
 /// Removes the pads whose journal is gone: a journal removed at a clean
 /// close or by `take_journal`, or one that died while its pads were made.
-/// The caller holds the exclusive epoch lock, under which journals are
+/// The caller holds the exclusive generation lock, under which journals are
 /// made, taken over and removed.
 pub(super) fn remove_orphan_pads(dir: &Path) -> io::Result<()> {
     let names = names_in(dir)?;

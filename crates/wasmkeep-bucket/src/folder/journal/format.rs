@@ -4,7 +4,7 @@
 //! reader of entries' bodies, and the two checked slots of `.wal/durable`.
 //!
 //! Byte layouts only: it never creates, finds or removes a journal file,
-//! and never takes the epoch lock.
+//! and never takes the generation lock.
 
 use std::fs::File;
 use std::io;
@@ -79,7 +79,7 @@ pub(crate) fn entry_bytes(key: &str, body_len: usize) -> usize {
     ENTRY_HEADER_BYTES + key.len() + body_len + ENTRY_CRC_BYTES
 }
 
-pub(super) fn encode(out: &mut Vec<u8>, epoch: u64, order: u64, entry: &Entry<'_>) {
+pub(super) fn encode(out: &mut Vec<u8>, generation: u64, order: u64, entry: &Entry<'_>) {
     let start = out.len();
     let len = entry_bytes(entry.key, entry.body.len());
     out.extend_from_slice(&ENTRY_MAGIC.to_le_bytes());
@@ -88,7 +88,7 @@ pub(super) fn encode(out: &mut Vec<u8>, epoch: u64, order: u64, entry: &Entry<'_
             .expect("entries are bounded")
             .to_le_bytes(),
     );
-    out.extend_from_slice(&epoch.to_le_bytes());
+    out.extend_from_slice(&generation.to_le_bytes());
     out.extend_from_slice(&order.to_le_bytes());
     out.extend_from_slice(&entry.index.to_le_bytes());
     out.push(entry.kind as u8);
@@ -107,7 +107,7 @@ pub(super) fn encode(out: &mut Vec<u8>, epoch: u64, order: u64, entry: &Entry<'_
 /// A decoded entry, as recovery reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Decoded {
-    pub epoch: u64,
+    pub generation: u64,
     pub order: u64,
     pub index: u32,
     pub kind: EntryKind,
@@ -166,7 +166,7 @@ pub(super) fn decode_prefix(bytes: &[u8]) -> (Vec<Decoded>, usize, Stop) {
             break Stop::NotAnEntry;
         };
         out.push(Decoded {
-            epoch: long(8),
+            generation: long(8),
             order: long(16),
             index: word(24),
             kind,
@@ -210,7 +210,7 @@ impl JournalReader {
     }
 }
 
-/// The durable epoch: two slots of (value, value ^ check), the newer valid
+/// The durable generation: two slots of (value, value ^ check), the newer valid
 /// one wins, so a torn write of one slot leaves the other.
 pub(super) fn read_durable(file: &File) -> io::Result<u64> {
     let mut best = 0;
@@ -225,17 +225,17 @@ pub(super) fn read_durable(file: &File) -> io::Result<u64> {
     Ok(best)
 }
 
-/// Raises the durable epoch to `epoch` (never lowers it), synced.
-pub(super) fn raise_durable(file: &File, epoch: u64) -> io::Result<()> {
+/// Raises the durable generation to `generation` (never lowers it), synced.
+pub(super) fn raise_durable(file: &File, generation: u64) -> io::Result<()> {
     flock(file, libc::LOCK_EX)?;
     let result = (|| {
-        if read_durable(file)? >= epoch {
+        if read_durable(file)? >= generation {
             return Ok(());
         }
         let mut slot = [0u8; 16];
-        slot[..8].copy_from_slice(&epoch.to_le_bytes());
-        slot[8..].copy_from_slice(&(epoch ^ DURABLE_CHECK).to_le_bytes());
-        file.write_all_at(&slot, (epoch % 2) * 16)?;
+        slot[..8].copy_from_slice(&generation.to_le_bytes());
+        slot[8..].copy_from_slice(&(generation ^ DURABLE_CHECK).to_le_bytes());
+        file.write_all_at(&slot, (generation % 2) * 16)?;
         file.sync_data()
     })();
     let unlocked = flock(file, libc::LOCK_UN);
@@ -249,13 +249,13 @@ pub(super) struct Region {
     pub(super) offset: u64,
     /// Bytes from the region's start known to be written (allocated).
     pub(super) zeroed: u64,
-    /// The highest epoch among its entries (0: none).
-    pub(super) epoch: u64,
+    /// The highest generation among its entries (0: none).
+    pub(super) generation: u64,
 }
 
-/// The region a batch of `epoch` writes to.
-pub(super) fn region_index(epoch: u64) -> usize {
-    usize::try_from(epoch % 2).expect("0 or 1")
+/// The region a batch of `generation` writes to.
+pub(super) fn region_index(generation: u64) -> usize {
+    usize::try_from(generation % 2).expect("0 or 1")
 }
 
 impl Region {
@@ -263,9 +263,9 @@ impl Region {
         index as u64 * REGION_BYTES
     }
 
-    /// Whether a batch of `epoch` may start the region over.
-    pub(super) fn reusable(&self, epoch: u64, durable: u64) -> bool {
-        self.epoch < epoch && self.epoch <= durable
+    /// Whether a batch of `generation` may start the region over.
+    pub(super) fn reusable(&self, generation: u64, durable: u64) -> bool {
+        self.generation < generation && self.generation <= durable
     }
 }
 
@@ -309,7 +309,7 @@ mod tests {
         assert_eq!(decoded[0].key, "a/b");
         assert_eq!(decoded[0].body, b"hello");
         assert_eq!(
-            (decoded[1].epoch, decoded[1].order, decoded[1].index),
+            (decoded[1].generation, decoded[1].order, decoded[1].index),
             (7, 42, 1)
         );
         assert_eq!(decoded[2].kind, EntryKind::Durable);
@@ -333,7 +333,7 @@ mod tests {
     }
 
     #[test]
-    fn the_durable_epoch_only_rises_and_survives_a_torn_slot() -> io::Result<()> {
+    fn the_durable_generation_only_rises_and_survives_a_torn_slot() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let file = open_counter_file(&dir.path().join("durable"))?;
         assert_eq!(read_durable(&file)?, 0);

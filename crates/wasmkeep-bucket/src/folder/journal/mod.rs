@@ -7,15 +7,17 @@
 //! place without syncing them. A checkpoint makes the materialized objects
 //! durable with one `syncfs` and lets every journal start over.
 //!
-//! Epochs tie the journals of all processes to the checkpoints:
-//! - `.wal/epoch` holds the current epoch. A batch holds a shared `flock` on
-//!   it from before it reads the epoch until its objects are renamed into
-//!   place; its entries carry that epoch.
-//! - A checkpoint takes the exclusive `flock` (so every batch of the old epoch,
-//!   in every process, has materialized its objects), bumps the epoch to
-//!   `e + 1`, releases the lock, runs `syncfs`, and then records `e` as
-//!   durable in `.wal/durable` (synced, never lowered). Every entry of an
-//!   epoch up to the durable one is on disk as an object and never replayed.
+//! Generations (called epochs before, hence the name `.wal/epoch`) tie the
+//! journals of all processes to the checkpoints:
+//! - `.wal/epoch` holds the current generation. A batch holds a shared `flock`
+//!   on it from before it reads the generation until its objects are renamed
+//!   into place; its entries carry that generation.
+//! - A checkpoint takes the exclusive `flock` (so every batch of the old
+//!   generation, in every process, has materialized its objects), bumps the
+//!   generation to `e + 1`, releases the lock, runs `syncfs`, and then records
+//!   `e` as durable in `.wal/durable` (synced, never lowered). Every entry of
+//!   a generation up to the durable one is on disk as an object and never
+//!   replayed.
 //! - Entries carry an order: one more than the highest counter of the batch's
 //!   lock stripes (kept in the stripe lock files, under their locks), then
 //!   the position in the batch. Two entries for one key always share a stripe,
@@ -25,19 +27,20 @@
 //!   batches hold an in-process gate that its checkpoints take around the
 //!   bump, and their orders come from a block reserved by moving every
 //!   stripe's counter past it at once (ADR 0035).
-//! - While it holds young objects (ADR 0034), its periodic checkpoints lag
-//!   one epoch: each puts in place and makes durable the epoch before the
-//!   current one, then bumps. A young object becomes a file only if it
-//!   outlives the whole next epoch. A clean close, another process's knock,
-//!   a full region and dead journals to remove take a full checkpoint.
+//! - While it holds young objects (ADR 0034), its periodic checkpoints lag one
+//!   generation: each puts in place and makes durable the generation before the
+//!   current one, then bumps. A young object becomes a file only if it outlives
+//!   the whole next generation. A clean close, another process's knock, a full
+//!   region and dead journals to remove take a full checkpoint.
 //!
-//! Recovery, at open, under the exclusive epoch lock:
+//! Recovery, at open, under the exclusive generation lock:
 //! - The machine rebooted since the folder was last opened (`.wal/boot` names
-//!   another boot id): objects renamed after the last checkpoint may be lost
-//!   or torn. For every key, the last journaled entry of an epoch after the
+//!   another boot id): objects renamed after the last checkpoint may be lost or
+//!   torn. For every key, the last journaled entry of a generation after the
 //!   durable one is applied again (a put writes its body, a delete removes the
 //!   object, a marker leaves the durable object as it is), then `syncfs`, then
-//!   the epoch moves past every replayed entry and the journals are removed.
+//!   the generation moves past every replayed entry and the journals are
+//!   removed.
 //! - Same boot: the page cache still holds every object a dead process
 //!   renamed. This process's first checkpoint makes them durable and then
 //!   removes the dead journals (locked by this process until then, so
@@ -52,7 +55,7 @@
 //!   taken over at once.
 //! - Same boot, a dead journal written alone on the folder (ADR 0034): its
 //!   young objects were never files. An opener that can be alone on the
-//!   folder at once (the solo lock taken without waiting, under the epoch
+//!   folder at once (the solo lock taken without waiting, under the generation
 //!   lock) adopts them: it copies each key's last young put into its own
 //!   journal and keeps it young in its index, and its first checkpoint puts
 //!   them in place (ADR 0040). Any other opener writes them as files before
@@ -111,7 +114,9 @@ use format::{
 };
 use recovery::{Recovered, current_boot_id, recover, replay_young};
 
-const EPOCH_FILE: &str = "epoch";
+/// `.wal/epoch`: the file keeps its name from before the counter was
+/// called a generation, so that existing folders open.
+const GENERATION_FILE: &str = "epoch";
 const DURABLE_FILE: &str = "durable";
 
 /// Larger bodies are synced in place (with a marker in the journal) rather
@@ -127,17 +132,17 @@ pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(4);
 
 /// One process's journal (owned by the folder committer thread).
 ///
-/// The file has two regions; a batch of epoch `e` goes to region `e % 2`.
-/// A region starts over (at its beginning) when the batch's epoch is newer
+/// The file has two regions; a batch of generation `e` goes to region `e % 2`.
+/// A region starts over (at its beginning) when the batch's generation is newer
 /// than everything in it and all of that is durable, so the entries of the
-/// epoch after a checkpoint's bump never stand in the way of reusing the
-/// space of the epoch before it. Recovery reads both regions.
+/// generation after a checkpoint's bump never stand in the way of reusing the
+/// space of the generation before it. Recovery reads both regions.
 pub(crate) struct Journal {
     shared: Arc<Shared>,
     path: PathBuf,
     file: File,
     /// The descriptor of `.wal/epoch` for the shared lock of batches.
-    epoch_shared: File,
+    generation_shared: File,
     /// Whether the batch in progress holds the shared lock (one alone on
     /// the folder holds the gate instead).
     shared_lock_held: bool,
@@ -178,13 +183,13 @@ pub(crate) struct Adoption {
 pub(crate) struct Adopted {
     pub key: String,
     pub at: EntryAt,
-    pub epoch: u64,
+    pub generation: u64,
     pub size: u64,
     pub etag: Etag,
 }
 
 /// The most journal bytes of adopted young objects (ADR 0040): more are put
-/// in place as files instead. Half a region, as a batch: the first epoch's
+/// in place as files instead. Half a region, as a batch: the first generation's
 /// region then still has room for batches before its checkpoint.
 const ADOPTED_BYTES_MAX: usize = JOURNAL_BATCH_BYTES_MAX;
 
@@ -204,47 +209,54 @@ impl Journal {
         let dir = root.join(JOURNAL_DIR);
         fs::create_dir_all(&dir)?;
         let root_dir = File::open(root)?;
-        let epoch_exclusive = open_counter_file(&dir.join(EPOCH_FILE))?;
+        let generation_exclusive = open_counter_file(&dir.join(GENERATION_FILE))?;
         let durable = open_counter_file(&dir.join(DURABLE_FILE))?;
         let boot_id = match &options.boot_id {
             Some(id) => id.clone(),
             None => current_boot_id()?,
         };
-        flock(&epoch_exclusive, libc::LOCK_EX)?;
-        // Everything up to the unlock runs under the exclusive epoch lock.
+        flock(&generation_exclusive, libc::LOCK_EX)?;
+        // Everything up to the unlock runs under the exclusive generation lock.
         // `Shared` keeps a duplicate of the descriptor: the lock belongs to
         // the open file description both share.
-        let opened = epoch_exclusive.try_clone().and_then(|locked| {
+        let opened = generation_exclusive.try_clone().and_then(|locked| {
             Self::open_locked(root, &dir, root_dir, locked, durable, &boot_id, options)
         });
-        let unlocked = flock(&epoch_exclusive, libc::LOCK_UN);
+        let unlocked = flock(&generation_exclusive, libc::LOCK_UN);
         let journal = opened?;
         unlocked?;
         Ok(journal)
     }
 
-    /// [`Journal::open`] under the exclusive epoch lock (`epoch_exclusive`).
+    /// [`Journal::open`] under the exclusive generation lock
+    /// (`generation_exclusive`).
     fn open_locked(
         root: &Path,
         dir: &Path,
         root_dir: File,
-        epoch_exclusive: File,
+        generation_exclusive: File,
         durable: File,
         boot_id: &str,
         options: &JournalOptions,
     ) -> io::Result<Journal> {
         let mut pending = Vec::new();
         let mut owed = Vec::new();
-        let (path, file, pads) =
-            match recover(root, dir, &root_dir, &epoch_exclusive, &durable, boot_id)? {
-                Recovered::Durable(dead) => take_journal(dir, dead)?,
-                Recovered::NotYetDurable { dead, young } => {
-                    pending = dead;
-                    owed = young;
-                    remove_orphan_pads(dir)?;
-                    create_journal_file(dir)?
-                }
-            };
+        let (path, file, pads) = match recover(
+            root,
+            dir,
+            &root_dir,
+            &generation_exclusive,
+            &durable,
+            boot_id,
+        )? {
+            Recovered::Durable(dead) => take_journal(dir, dead)?,
+            Recovered::NotYetDurable { dead, young } => {
+                pending = dead;
+                owed = young;
+                remove_orphan_pads(dir)?;
+                create_journal_file(dir)?
+            }
+        };
         // Young objects of a gone solo process: adopted when this process
         // will be alone (ADR 0040), else put in place now, before it serves.
         let mut adopt = None;
@@ -274,10 +286,10 @@ impl Journal {
             }
         }
         let durable_now = read_durable(&durable)?;
-        let epoch_now = read_u64(&epoch_exclusive, 0)?.unwrap_or(1).max(1);
+        let generation_now = read_u64(&generation_exclusive, 0)?.unwrap_or(1).max(1);
         let shared = Arc::new(Shared {
             root_dir,
-            epoch_exclusive: Mutex::new(epoch_exclusive),
+            generation_exclusive: Mutex::new(generation_exclusive),
             gate: Arc::new(Mutex::new(())),
             durable,
             journaled: AtomicU64::new(0),
@@ -285,21 +297,21 @@ impl Journal {
             pending: Mutex::new(pending),
             placer: Mutex::new(None),
             young: AtomicBool::new(false),
-            epoch_seen: AtomicU64::new(0),
+            generation_seen: AtomicU64::new(0),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
-        let epoch_shared = open_counter_file(&dir.join(EPOCH_FILE))?;
+        let generation_shared = open_counter_file(&dir.join(GENERATION_FILE))?;
         let mut journal = Journal {
             shared,
             path,
             file,
-            epoch_shared,
+            generation_shared,
             shared_lock_held: false,
             regions: [Region {
                 offset: 0,
                 zeroed: JOURNAL_ZEROED_START,
-                epoch: 0,
+                generation: 0,
             }; 2],
             buffer: Vec::new(),
             appended: Vec::new(),
@@ -309,7 +321,7 @@ impl Journal {
             adoption: None,
         };
         if let Some((hold, puts, removed)) = adopt {
-            let objects = journal.write_adopted(epoch_now, &puts)?;
+            let objects = journal.write_adopted(generation_now, &puts)?;
             tracing::info!(
                 adopted = objects.len(),
                 removed,
@@ -326,18 +338,18 @@ impl Journal {
         self.adoption.take()
     }
 
-    /// Copies adopted young puts into this journal, in the current epoch
-    /// (`epoch`), each with the order and index its batch gave it: copies
+    /// Copies adopted young puts into this journal, in the current generation
+    /// (`generation`), each with the order and index its batch gave it: copies
     /// of the same writes, they sort as those do against every other entry
     /// of their keys. Not flushed: until this process's first checkpoint
     /// puts them in place, the gone process's journal (flushed before it
     /// answered) stays, and a recovery reads both.
-    fn write_adopted(&mut self, epoch: u64, puts: &[Decoded]) -> io::Result<Vec<Adopted>> {
+    fn write_adopted(&mut self, generation: u64, puts: &[Decoded]) -> io::Result<Vec<Adopted>> {
         self.buffer.clear();
         self.appended.clear();
         for put in puts {
             self.encode_entry(
-                epoch,
+                generation,
                 put.order,
                 &Entry {
                     index: put.index,
@@ -348,15 +360,15 @@ impl Journal {
                 },
             );
         }
-        let (index, end) = self.write_buffer(epoch)?;
-        self.wrote(index, end, epoch);
+        let (index, end) = self.write_buffer(generation)?;
+        self.wrote(index, end, generation);
         Ok(puts
             .iter()
             .zip(&self.appended)
             .map(|(put, at)| Adopted {
                 key: put.key.clone(),
                 at: *at,
-                epoch,
+                generation,
                 size: put.body.len() as u64,
                 etag: content_etag(&put.body),
             })
@@ -364,22 +376,23 @@ impl Journal {
     }
 
     /// Makes room for `bytes` more journal bytes in whichever region the
-    /// batch's epoch picks: a region that is full of entries not yet durable
-    /// is checkpointed first. Call before taking any lock.
+    /// batch's generation picks: a region that is full of entries not yet
+    /// durable is checkpointed first. Call before taking any lock.
     pub(crate) fn reserve(&mut self, bytes: usize) -> io::Result<()> {
         let bytes = bytes as u64;
         let durable = self.shared.durable_seen.load(Ordering::SeqCst);
         let tight = self.regions.iter().any(|r| {
-            // The batch either appends or (newer epoch, all durable) starts over.
-            r.offset + bytes > REGION_BYTES && r.epoch > durable
+            // The batch either appends or (newer generation, all durable)
+            // starts over.
+            r.offset + bytes > REGION_BYTES && r.generation > durable
         });
-        let half_full = |r: &Region| r.epoch > durable && r.offset + bytes > REGION_BYTES / 2;
-        let epoch = self.shared.epoch_seen.load(Ordering::SeqCst);
-        let soon = if self.shared.young.load(Ordering::SeqCst) && epoch > 0 {
-            // Lagging checkpoints leave the region of the epoch before half
-            // full and not yet durable until the next one: only the region
-            // of the current epoch says when that is due.
-            half_full(&self.regions[region_index(epoch)])
+        let half_full = |r: &Region| r.generation > durable && r.offset + bytes > REGION_BYTES / 2;
+        let generation = self.shared.generation_seen.load(Ordering::SeqCst);
+        let soon = if self.shared.young.load(Ordering::SeqCst) && generation > 0 {
+            // Lagging checkpoints leave the region of the generation before
+            // half full and not yet durable until the next one: only the region
+            // of the current generation says when that is due.
+            half_full(&self.regions[region_index(generation)])
         } else {
             self.regions.iter().any(half_full)
         };
@@ -387,33 +400,35 @@ impl Journal {
             self.shared.checkpoint(true)?;
         } else if soon {
             // Half full of entries not yet durable: checkpoint soon (a
-            // region that is all durable starts over at its next epoch).
+            // region that is all durable starts over at its next generation).
             self.shared.wake.notify_one();
         }
         Ok(())
     }
 
-    /// Starts a batch: takes the shared epoch lock and returns the epoch its
-    /// entries carry. [`Journal::end_batch`] releases it once the batch's
-    /// objects are in place.
+    /// Starts a batch: takes the shared generation lock and returns the
+    /// generation its entries carry. [`Journal::end_batch`] releases it once
+    /// the batch's objects are in place.
     pub(crate) fn begin_batch(&mut self) -> io::Result<u64> {
-        flock(&self.epoch_shared, libc::LOCK_SH)?;
-        match read_u64(&self.epoch_shared, 0) {
-            Ok(epoch) => {
+        flock(&self.generation_shared, libc::LOCK_SH)?;
+        match read_u64(&self.generation_shared, 0) {
+            Ok(generation) => {
                 self.shared_lock_held = true;
-                let epoch = epoch.unwrap_or(1).max(1);
-                self.shared.epoch_seen.fetch_max(epoch, Ordering::SeqCst);
-                Ok(epoch)
+                let generation = generation.unwrap_or(1).max(1);
+                self.shared
+                    .generation_seen
+                    .fetch_max(generation, Ordering::SeqCst);
+                Ok(generation)
             }
             Err(e) => {
-                let _ = flock(&self.epoch_shared, libc::LOCK_UN);
+                let _ = flock(&self.generation_shared, libc::LOCK_UN);
                 Err(e)
             }
         }
     }
 
     /// The gate a batch alone on the folder holds instead of the shared
-    /// epoch lock ([`Journal::begin_solo_batch`]).
+    /// generation lock ([`Journal::begin_solo_batch`]).
     pub(crate) fn gate(&self) -> Arc<Mutex<()>> {
         Arc::clone(&self.shared.gate)
     }
@@ -421,20 +436,22 @@ impl Journal {
     /// [`Journal::begin_batch`] for a batch alone on the folder: no other
     /// process is there (ADR 0034), and none can come before the batch ends
     /// (a newcomer waits at the knock until the batch in progress is done).
-    /// Only this process's checkpoints bump the epoch then, so the batch
+    /// Only this process's checkpoints bump the generation then, so the batch
     /// holds [`Journal::gate`] (`_gate`, locked by the caller for the
     /// batch) instead of the `flock` (ADR 0035): two system calls fewer.
     pub(crate) fn begin_solo_batch(&mut self, _gate: &MutexGuard<'_, ()>) -> io::Result<u64> {
-        let epoch = read_u64(&self.epoch_shared, 0)?.unwrap_or(1).max(1);
-        self.shared.epoch_seen.fetch_max(epoch, Ordering::SeqCst);
-        Ok(epoch)
+        let generation = read_u64(&self.generation_shared, 0)?.unwrap_or(1).max(1);
+        self.shared
+            .generation_seen
+            .fetch_max(generation, Ordering::SeqCst);
+        Ok(generation)
     }
 
     pub(crate) fn end_batch(&mut self) -> io::Result<()> {
         if !std::mem::take(&mut self.shared_lock_held) {
             return Ok(());
         }
-        flock(&self.epoch_shared, libc::LOCK_UN)
+        flock(&self.generation_shared, libc::LOCK_UN)
     }
 
     /// Appends entries and makes them durable (one `fdatasync`, on the
@@ -449,12 +466,12 @@ impl Journal {
     /// from S1 c=1 to S3, less CPU per write).
     pub(crate) fn append(
         &mut self,
-        epoch: u64,
+        generation: u64,
         order: u64,
         entries: &[Entry<'_>],
         before_flush: impl FnOnce(),
     ) -> io::Result<()> {
-        self.append_with(epoch, order, entries, true, before_flush)
+        self.append_with(generation, order, entries, true, before_flush)
     }
 
     /// [`Journal::append`], flushed only when `flush`: entries that need
@@ -463,7 +480,7 @@ impl Journal {
     /// same boot reads them from the page cache.
     pub(crate) fn append_with(
         &mut self,
-        epoch: u64,
+        generation: u64,
         order: u64,
         entries: &[Entry<'_>],
         flush: bool,
@@ -473,29 +490,31 @@ impl Journal {
             before_flush();
             return Ok(());
         }
-        let written = self.write_entries(epoch, order, entries);
+        let written = self.write_entries(generation, order, entries);
         before_flush();
         let (index, end) = written?;
         if flush {
             self.file.sync_data()?;
         }
-        self.wrote(index, end, epoch);
+        self.wrote(index, end, generation);
         Ok(())
     }
 
-    /// Notes entries of `epoch` written to region `index` up to `end`.
-    fn wrote(&mut self, index: usize, end: u64, epoch: u64) {
+    /// Notes entries of `generation` written to region `index` up to `end`.
+    fn wrote(&mut self, index: usize, end: u64, generation: u64) {
         let region = &mut self.regions[index];
         region.offset = end;
-        region.epoch = region.epoch.max(epoch);
-        self.shared.journaled.fetch_max(epoch, Ordering::SeqCst);
+        region.generation = region.generation.max(generation);
+        self.shared
+            .journaled
+            .fetch_max(generation, Ordering::SeqCst);
     }
 
     /// Encodes one entry into the batch's buffer and notes where it sits
     /// in the buffer.
-    fn encode_entry(&mut self, epoch: u64, order: u64, entry: &Entry<'_>) {
+    fn encode_entry(&mut self, generation: u64, order: u64, entry: &Entry<'_>) {
         let start = self.buffer.len();
-        encode(&mut self.buffer, epoch, order, entry);
+        encode(&mut self.buffer, generation, order, entry);
         // Offsets within the batch for now; `write_buffer` places them.
         self.appended.push(EntryAt {
             offset: start as u64,
@@ -503,29 +522,29 @@ impl Journal {
         });
     }
 
-    /// Writes the entries (not yet flushed) to the region of `epoch`:
+    /// Writes the entries (not yet flushed) to the region of `generation`:
     /// returns the region and where its entries now end.
     fn write_entries(
         &mut self,
-        epoch: u64,
+        generation: u64,
         order: u64,
         entries: &[Entry<'_>],
     ) -> io::Result<(usize, u64)> {
         self.buffer.clear();
         self.appended.clear();
         for entry in entries {
-            self.encode_entry(epoch, order, entry);
+            self.encode_entry(generation, order, entry);
         }
-        self.write_buffer(epoch)
+        self.write_buffer(generation)
     }
 
-    /// Writes the encoded batch (not yet flushed) to the region of `epoch`:
-    /// returns the region and where its entries now end.
-    fn write_buffer(&mut self, epoch: u64) -> io::Result<(usize, u64)> {
-        let index = region_index(epoch);
+    /// Writes the encoded batch (not yet flushed) to the region of
+    /// `generation`: returns the region and where its entries now end.
+    fn write_buffer(&mut self, generation: u64) -> io::Result<(usize, u64)> {
+        let index = region_index(generation);
         let durable = self.shared.durable_seen.load(Ordering::SeqCst);
         let region = &mut self.regions[index];
-        if region.reusable(epoch, durable) {
+        if region.reusable(generation, durable) {
             region.offset = 0;
         }
         let end = region.offset + self.buffer.len() as u64;
@@ -576,7 +595,7 @@ impl Journal {
 
     /// Starts the thread that checkpoints every interval (and when a region
     /// fills). Not at open: a process that waits for a solo process to make
-    /// room (ADR 0034) must not raise the durable epoch past young entries
+    /// room (ADR 0034) must not raise the durable generation past young entries
     /// that process has not put in place yet.
     pub(crate) fn start_checkpointer(&mut self) -> io::Result<()> {
         if self.checkpointer.is_none() {

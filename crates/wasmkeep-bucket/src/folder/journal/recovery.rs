@@ -1,6 +1,6 @@
-//! Recovery at open, under the exclusive epoch lock (see the
+//! Recovery at open, under the exclusive generation lock (see the
 //! journal's module docs): after a reboot, each key's last entry past the
-//! durable epoch is applied again; on the same boot, the journals of
+//! durable generation is applied again; on the same boot, the journals of
 //! gone processes wait for this process's first checkpoint, and the young
 //! objects of a gone solo process are handed over to be adopted or put in
 //! place.
@@ -89,9 +89,9 @@ fn young_only(last: HashMap<String, Decoded>) -> Vec<Decoded> {
     last.into_values().filter(|entry| entry.young).collect()
 }
 
-/// Keeps in `last`, for each key, its last entry (by order, then position
-/// in the batch) of an epoch past `durable`; returns the highest such epoch
-/// seen (0: none).
+/// Keeps in `last`, for each key, its last entry (by order, then position in
+/// the batch) of a generation past `durable`; returns the highest such
+/// generation seen (0: none).
 fn keep_last(
     last: &mut HashMap<String, Decoded>,
     entries: impl IntoIterator<Item = Decoded>,
@@ -99,10 +99,10 @@ fn keep_last(
 ) -> u64 {
     let mut highest = 0;
     for entry in entries {
-        if entry.epoch <= durable {
+        if entry.generation <= durable {
             continue;
         }
-        highest = highest.max(entry.epoch);
+        highest = highest.max(entry.generation);
         let newer = last
             .get(&entry.key)
             .is_none_or(|have| (entry.order, entry.index) > (have.order, have.index));
@@ -129,12 +129,12 @@ pub(super) enum Recovered {
     },
 }
 
-/// Recovery at open; the caller holds the exclusive epoch lock.
+/// Recovery at open; the caller holds the exclusive generation lock.
 pub(super) fn recover(
     root: &Path,
     dir: &Path,
     root_dir: &File,
-    epoch_file: &File,
+    generation_file: &File,
     durable_file: &File,
     boot_id: &str,
 ) -> io::Result<Recovered> {
@@ -145,7 +145,7 @@ pub(super) fn recover(
         Err(e) => return Err(e),
     };
     let dead = dead_journals(dir)?;
-    let epoch = read_u64(epoch_file, 0)?.unwrap_or(1).max(1);
+    let generation = read_u64(generation_file, 0)?.unwrap_or(1).max(1);
     let durable = read_durable(durable_file)?;
     if last_boot.as_deref() == Some(boot_id) {
         // Same boot: the page cache holds what the dead processes renamed.
@@ -181,12 +181,12 @@ pub(super) fn recover(
         };
         // This process's entries come after theirs; its first checkpoint
         // (which bumps again) makes theirs durable.
-        epoch_file.write_all_at(&(epoch + 1).to_le_bytes(), 0)?;
+        generation_file.write_all_at(&(generation + 1).to_le_bytes(), 0)?;
         return Ok(Recovered::NotYetDurable { dead, young });
     }
     // Another boot (or the first open): replay what may have been lost.
     let mut last = HashMap::new();
-    let mut highest = epoch.max(durable);
+    let mut highest = generation.max(durable);
     for (_, journal) in &dead {
         highest = highest.max(keep_last(&mut last, decoded_regions(journal)?, durable));
     }
@@ -195,8 +195,8 @@ pub(super) fn recover(
         replay(root, &entry)?;
     }
     syncfs(root_dir)?;
-    epoch_file.write_all_at(&(highest + 1).to_le_bytes(), 0)?;
-    epoch_file.sync_data()?;
+    generation_file.write_all_at(&(highest + 1).to_le_bytes(), 0)?;
+    generation_file.sync_data()?;
     raise_durable(durable_file, highest)?;
     let temp = dir.join(format!("{BOOT_FILE}.tmp"));
     fs::write(&temp, boot_id)?;

@@ -26,9 +26,9 @@ fn test_options() -> JournalOptions {
     }
 }
 
-/// Journals one put of `a/b` as a batch of its own; returns its epoch.
+/// Journals one put of `a/b` as a batch of its own; returns its generation.
 fn journal_put(journal: &mut Journal, body: &[u8]) -> io::Result<u64> {
-    let epoch = journal.begin_batch()?;
+    let generation = journal.begin_batch()?;
     let entry = Entry {
         index: 0,
         kind: EntryKind::Put,
@@ -36,9 +36,9 @@ fn journal_put(journal: &mut Journal, body: &[u8]) -> io::Result<u64> {
         body,
         young: false,
     };
-    journal.append(epoch, 1, &[entry], || {})?;
+    journal.append(generation, 1, &[entry], || {})?;
     journal.end_batch()?;
-    Ok(epoch)
+    Ok(generation)
 }
 
 /// Recovery reads a region a megabyte at a time and stops at a stretch
@@ -71,7 +71,7 @@ fn recovery_reads_every_entry_of_a_region_however_many_reads_it_takes() -> io::R
 fn appended_entries_read_back_and_a_changed_one_is_refused() -> io::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut journal = Journal::open(dir.path(), &test_options())?;
-    let epoch = journal.begin_batch()?;
+    let generation = journal.begin_batch()?;
     let entries = [
         Entry {
             index: 0,
@@ -88,7 +88,7 @@ fn appended_entries_read_back_and_a_changed_one_is_refused() -> io::Result<()> {
             young: true,
         },
     ];
-    journal.append(epoch, 1, &entries, || {})?;
+    journal.append(generation, 1, &entries, || {})?;
     journal.end_batch()?;
     let at = journal.appended().to_vec();
     assert_eq!(at.len(), 2);
@@ -114,7 +114,7 @@ fn a_gone_solo_journal_has_its_young_objects_put_in_place_on_the_same_boot() -> 
     fs::create_dir_all(dir.path().join(TEMP_DIR))?;
     let mut first = Journal::open(dir.path(), &test_options())?;
     first.mark_young()?;
-    let epoch = first.begin_batch()?;
+    let generation = first.begin_batch()?;
     let put = |key: &'static str, body: &'static [u8], index| Entry {
         index,
         kind: EntryKind::Put,
@@ -123,7 +123,7 @@ fn a_gone_solo_journal_has_its_young_objects_put_in_place_on_the_same_boot() -> 
         young: true,
     };
     first.append(
-        epoch,
+        generation,
         1,
         &[
             put("a/log/1", b"replaced later", 0),
@@ -137,7 +137,7 @@ fn a_gone_solo_journal_has_its_young_objects_put_in_place_on_the_same_boot() -> 
         || {},
     )?;
     first.append(
-        epoch,
+        generation,
         2,
         &[
             put("a/log/1", b"the last body", 0),
@@ -171,26 +171,26 @@ fn a_gone_solo_journal_has_its_young_objects_put_in_place_on_the_same_boot() -> 
 }
 
 /// While the journal holds young objects, a periodic checkpoint puts in
-/// place and makes durable only the epoch before the current one, then
-/// bumps: an object of the current epoch waits for the next checkpoint.
-/// The region of the new epoch starts over all the same, and a full
+/// place and makes durable only the generation before the current one, then
+/// bumps: an object of the current generation waits for the next checkpoint.
+/// The region of the new generation starts over all the same, and a full
 /// checkpoint (a clean close, another process's knock) leaves nothing
 /// behind. Without young objects, every checkpoint is full.
 #[test]
-fn checkpoints_lag_one_epoch_while_the_journal_holds_young_objects() -> io::Result<()> {
+fn checkpoints_lag_one_generation_while_the_journal_holds_young_objects() -> io::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut journal = Journal::open(dir.path(), &test_options())?;
     let placed = Arc::new(Mutex::new(Vec::new()));
     {
         let placed = Arc::clone(&placed);
-        journal.set_placer(Arc::new(move |epoch| {
-            placed.lock().push(epoch);
+        journal.set_placer(Arc::new(move |generation| {
+            placed.lock().push(generation);
             Ok(())
         }));
     }
     let durable = |journal: &Journal| read_durable(&journal.shared.durable);
     let current = |journal: &Journal| -> io::Result<u64> {
-        Ok(read_u64(&journal.epoch_shared, 0)?.unwrap_or(1))
+        Ok(read_u64(&journal.generation_shared, 0)?.unwrap_or(1))
     };
 
     // Not marked young: full.
@@ -206,12 +206,12 @@ fn checkpoints_lag_one_epoch_while_the_journal_holds_young_objects() -> io::Resu
     assert_eq!(
         (durable(&journal)?, current(&journal)?),
         (e2 - 1, e2 + 1),
-        "lagging: the epoch before is made durable, then the epoch moves on"
+        "lagging: the generation before is made durable, then the generation moves on"
     );
     assert_eq!(placed.lock().last(), Some(&(e2 - 1)));
-    assert!(journal.shared.dirty(), "epoch {e2} is not durable yet");
+    assert!(journal.shared.dirty(), "generation {e2} is not durable yet");
 
-    // The next epoch writes to the region of `e2 - 1`, all durable: it
+    // The next generation writes to the region of `e2 - 1`, all durable: it
     // starts over.
     let e3 = journal_put(&mut journal, b"3")?;
     assert_eq!(journal.appended()[0].offset, Region::base(region_index(e3)));
@@ -232,9 +232,9 @@ fn checkpoints_lag_one_epoch_while_the_journal_holds_young_objects() -> io::Resu
 fn a_gone_journal_without_the_marker_is_not_read_on_the_same_boot() -> io::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut first = Journal::open(dir.path(), &test_options())?;
-    let epoch = first.begin_batch()?;
+    let generation = first.begin_batch()?;
     first.append(
-        epoch,
+        generation,
         1,
         &[Entry {
             index: 0,
@@ -354,13 +354,13 @@ fn a_gone_padded_journal_is_taken_over_and_one_without_pads_removed() -> io::Res
         assert_eq!(pad_folders(&wal)?, name_of(&first_pads));
     }
     // The journal taken over writes and reads back as its own.
-    let epoch = journal_put(&mut second, b"after the takeover")?;
+    let generation = journal_put(&mut second, b"after the takeover")?;
     let bytes = fs::read(&second.path)?;
-    let index = usize::try_from(epoch % 2).expect("0 or 1");
+    let index = usize::try_from(generation % 2).expect("0 or 1");
     let region = &bytes[usize::try_from(Region::base(index)).expect("small")..];
     let decoded = decode_all(region);
     assert_eq!(decoded[0].body, b"after the takeover");
-    assert_eq!(decoded[0].epoch, epoch);
+    assert_eq!(decoded[0].generation, generation);
     // A journal in use is never taken.
     let third = Journal::open(dir.path(), &test_options())?;
     assert_ne!(third.path, second.path);
@@ -376,7 +376,7 @@ fn a_gone_journal_with_entries_not_yet_durable_stays_until_the_first_checkpoint(
     let dir = tempfile::tempdir()?;
     let wal = dir.path().join(JOURNAL_DIR);
     let mut first = Journal::open(dir.path(), &test_options())?;
-    let epoch = journal_put(&mut first, b"journaled, not yet durable in place")?;
+    let generation = journal_put(&mut first, b"journaled, not yet durable in place")?;
     let (first_path, first_pads) = (first.path.clone(), first.pads.clone());
     // Gone before any checkpoint (a crash).
     drop(first);
@@ -390,7 +390,7 @@ fn a_gone_journal_with_entries_not_yet_durable_stays_until_the_first_checkpoint(
     assert_eq!(pad_folders(&wal)?, both, "its pads stay with it");
     assert!(second.shared.dirty(), "a checkpoint is owed");
     assert!(
-        read_u64(&second.epoch_shared, 0)?.unwrap_or(1) > epoch,
+        read_u64(&second.generation_shared, 0)?.unwrap_or(1) > generation,
         "this process's entries come after the gone one's"
     );
     // A third process sees it held (by the second): it leaves it alone.
@@ -400,7 +400,7 @@ fn a_gone_journal_with_entries_not_yet_durable_stays_until_the_first_checkpoint(
 
     second.shared.checkpoint(true)?;
     assert!(
-        read_durable(&second.shared.durable)? >= epoch,
+        read_durable(&second.shared.durable)? >= generation,
         "its entries are durable"
     );
     assert!(!first_path.exists(), "removed after the checkpoint");
