@@ -83,6 +83,12 @@
 //! `reads`, `polling` (ADR 0032) and `committer/`. This file opens the
 //! bucket and answers the [`Bucket`] calls: it never writes an object
 //! itself (every write goes to the committer) nor reads one (`reads` does).
+//!
+//! [`PER_FILE_SYNCS_MAX`]: sync::PER_FILE_SYNCS_MAX
+//! [`INODE_POOL_FILES_MAX`]: pools::INODE_POOL_FILES_MAX
+//! [`INODE_POOL_FILE_BYTES_MAX`]: pools::INODE_POOL_FILE_BYTES_MAX
+//! [`INODE_POOL_BYTES_MAX`]: pools::INODE_POOL_BYTES_MAX
+//! [`READ_TIME_MAX`]: reads::READ_TIME_MAX
 
 mod alone;
 mod committer;

@@ -24,7 +24,8 @@ pub const ANSWER_POLL_MAX: Duration = Duration::from_micros(300);
 pub(super) struct Polling {
     /// Writes sent to the committer and not yet answered.
     pub(super) in_flight: AtomicUsize,
-    /// The committer polls for its next write ([`Arrivals::polls`]).
+    /// The committer polls for its next write (`Arrivals::polls` in
+    /// `committer/mod.rs`).
     pub(super) quick: AtomicBool,
     /// A writer is polling for its answer (one at a time).
     writer_polls: AtomicBool,

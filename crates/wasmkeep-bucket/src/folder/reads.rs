@@ -147,6 +147,8 @@ pub(super) enum Detail {
     Full,
     /// Its key and size only (the etag is left empty and the time is the
     /// Unix epoch): for [`Bucket::list_keys`], which passes on neither.
+    ///
+    /// [`Bucket::list_keys`]: crate::Bucket::list_keys
     Size,
 }
 

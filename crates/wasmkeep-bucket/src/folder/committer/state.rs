@@ -42,6 +42,9 @@ pub(crate) struct WriteRequest {
     pub(crate) op: WriteOp,
     /// The caller is in no hurry ([`Bucket::put_if_absent_unhurried`],
     /// [`Bucket::delete_all_not_durable`]).
+    ///
+    /// [`Bucket::put_if_absent_unhurried`]: crate::Bucket::put_if_absent_unhurried
+    /// [`Bucket::delete_all_not_durable`]: crate::Bucket::delete_all_not_durable
     pub(crate) unhurried: bool,
     pub(crate) reply: oneshot::Sender<Result<Option<ObjectMeta>>>,
 }

@@ -58,6 +58,8 @@ pub(super) struct Shared {
 }
 
 /// See [`Journal::set_placer`].
+///
+/// [`Journal::set_placer`]: super::Journal::set_placer
 pub(crate) type Placer = Arc<dyn Fn(u64) -> io::Result<()> + Send + Sync>;
 
 impl Shared {
@@ -155,6 +157,8 @@ impl Shared {
 
 /// Runs checkpoints of a journal from another thread (see
 /// [`Journal::checkpoints`]).
+///
+/// [`Journal::checkpoints`]: super::Journal::checkpoints
 #[derive(Clone)]
 pub(crate) struct Checkpoints {
     pub(super) shared: Arc<Shared>,

@@ -16,6 +16,8 @@ use crate::folder::sys::read_u64;
 
 /// Largest journal file: two regions of half this size (see [`Journal`]); a
 /// full region waits for a checkpoint.
+///
+/// [`Journal`]: super::Journal
 pub const JOURNAL_BYTES_MAX: u64 = 64 << 20;
 pub(super) const REGION_BYTES: u64 = JOURNAL_BYTES_MAX / 2;
 
