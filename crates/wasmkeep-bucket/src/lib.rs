@@ -23,25 +23,21 @@
 //! memory behaves the same on a folder or S3.
 
 mod folder;
-mod journal;
 pub mod key;
 mod memory;
-mod names;
 mod open;
 mod s3;
-mod solo;
-mod young;
 
 /// The hasher of the folder committer's maps of keys (its batch, the young
 /// index, the names of ADR 0036): fast on keys of tens of bytes, and seeded
 /// per process, since keys are partly chosen by clients (actor names).
 pub(crate) type KeyHasher = foldhash::fast::RandomState;
 
+pub use folder::{CHECKPOINT_INTERVAL, JOURNAL_BODY_MAX, JOURNAL_BYTES_MAX};
 pub use folder::{
     COMMIT_BATCH_WRITES_MAX, COMMIT_QUEUE_WRITES_MAX, FolderBucket, FolderOptions, LOCK_STRIPES,
     SyncMode, content_etag,
 };
-pub use journal::{CHECKPOINT_INTERVAL, JOURNAL_BODY_MAX, JOURNAL_BYTES_MAX};
 pub use memory::{FAULT_QUEUE_LEN_MAX, Fault, Faults, MemoryBucket};
 pub use open::{open, open_existing};
 pub use s3::{

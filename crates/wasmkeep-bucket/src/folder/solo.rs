@@ -1,4 +1,4 @@
-//! Who else is on this folder (ADR 0034, step 2; not wired in yet).
+//! Who else is on this folder (ADR 0034; `alone.rs` wires it to the journal).
 //!
 //! A process alone on a folder may keep young objects in its journal
 //! instead of making them files. `.wal/solo` says whether it is alone:
@@ -18,6 +18,9 @@
 //!
 //! The knocking repeats while the opener waits, so a knock made before the
 //! holder started watching is not lost: the next one is seen.
+//!
+//! It locks, knocks and watches; it never reads or writes an object or the
+//! journal.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -25,7 +28,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::folder::flock;
+use super::locks::flock;
 
 /// The lock file under the journal folder.
 pub(crate) const SOLO_FILE: &str = "solo";
@@ -100,7 +103,7 @@ impl Hold {
     /// Takes `.wal/solo` exclusively if nobody holds it and nobody else is
     /// on the folder, without waiting: `None` otherwise (nothing held). A
     /// recovery that finds young objects of a gone solo process tries this
-    /// under the exclusive epoch lock, to adopt them instead of writing
+    /// under the exclusive generation lock, to adopt them instead of writing
     /// them as files (ADR 0040); `take` could wait for a knock there, and
     /// the knocked process's checkpoint needs that lock.
     pub(crate) fn try_solo(

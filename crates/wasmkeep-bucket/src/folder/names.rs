@@ -23,14 +23,17 @@
 //! absent, and its `statx` is skipped; a name in it is looked at as before.
 //! A name leaves the set when a delete removed both its file and its young
 //! object.
+//!
+//! It only lists folders and remembers names; it never reads or writes an
+//! object.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::ops::Bound;
 use std::path::Path;
 
-use crate::journal::names_in;
-use crate::young::Young;
+use super::sys::names_in;
+use super::young::Young;
 
 /// Folders with more entries than this are not listed (their keys are
 /// looked at one by one, as without this).

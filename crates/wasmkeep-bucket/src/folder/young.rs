@@ -14,6 +14,9 @@
 //! moves [`Young::placing`] twice (odd while a file is being written), and a
 //! disk read that saw it move is done again, after a few tries with the read
 //! lock held (which keeps placements out).
+//!
+//! It never decides whether an object stays young (the committer does) nor
+//! when it goes in place (the checkpoints do).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, OpenOptions};
@@ -28,7 +31,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use parking_lot::RwLock;
 
-use crate::journal::{Adopted, EntryAt, JournalReader};
+use super::journal::{Adopted, EntryAt, JournalReader};
 use crate::{Etag, Object, ObjectMeta};
 
 /// Disk reads tried without the read lock before one is done with it.
@@ -38,8 +41,9 @@ const OPTIMISTIC_READS_MAX: usize = 3;
 #[derive(Debug, Clone)]
 pub(crate) struct YoungObject {
     pub at: EntryAt,
-    /// The epoch of its batch: the checkpoint that moves past it places it.
-    pub epoch: u64,
+    /// The generation of its batch: the checkpoint that moves past it places
+    /// it.
+    pub generation: u64,
     pub etag: Etag,
     pub size: u64,
     pub modified: SystemTime,
@@ -155,7 +159,7 @@ impl Young {
                 &object.key,
                 YoungObject {
                     at: object.at,
-                    epoch: object.epoch,
+                    generation: object.generation,
                     etag: object.etag,
                     size: object.size,
                     modified,
@@ -241,15 +245,15 @@ impl Young {
         })
     }
 
-    /// Puts every young object of an epoch up to `epoch` in place as a file
-    /// (not synced: the checkpoint's `syncfs` follows) and drops it from the
-    /// index. Returns how many were placed.
-    pub(crate) fn place_through(&self, epoch: u64) -> io::Result<usize> {
+    /// Puts every young object of a generation up to `generation` in place as a
+    /// file (not synced: the checkpoint's `syncfs` follows) and drops it from
+    /// the index. Returns how many were placed.
+    pub(crate) fn place_through(&self, generation: u64) -> io::Result<usize> {
         let due: Vec<(String, EntryAt)> = self
             .objects
             .read()
             .range_from(Bound::Unbounded)
-            .filter(|(_, o)| o.epoch <= epoch)
+            .filter(|(_, o)| o.generation <= generation)
             .map(|(k, o)| (k.to_owned(), o.at))
             .collect();
         let mut placed = 0;
@@ -371,7 +375,7 @@ mod tests {
     fn object(n: u64) -> YoungObject {
         YoungObject {
             at: EntryAt { offset: n, len: 1 },
-            epoch: n,
+            generation: n,
             etag: Etag(format!("e{n}")),
             size: n,
             modified: SystemTime::UNIX_EPOCH,
@@ -401,7 +405,7 @@ mod tests {
         // A replacement keeps one key; removes of present and absent keys.
         index.insert("a/c", object(40));
         model.insert("a/c".to_owned(), 40);
-        assert_eq!(index.remove("a/b/log/1").map(|o| o.epoch), Some(1));
+        assert_eq!(index.remove("a/b/log/1").map(|o| o.generation), Some(1));
         model.remove("a/b/log/1");
         assert!(index.remove("a/b/log/1").is_none());
         assert!(index.remove("a/b").is_none());
@@ -409,7 +413,7 @@ mod tests {
         assert_eq!(index.len(), model.len());
         let listed: Vec<(String, u64)> = index
             .range_from(Bound::Unbounded)
-            .map(|(k, o)| (k.to_owned(), o.epoch))
+            .map(|(k, o)| (k.to_owned(), o.generation))
             .collect();
         let expected: Vec<(String, u64)> = model.iter().map(|(k, n)| (k.clone(), *n)).collect();
         assert_eq!(listed, expected);
@@ -421,7 +425,7 @@ mod tests {
         for key in ["a/b/log/1", "a/b/log/2", "a/c", "a", "zz"] {
             assert_eq!(index.contains_key(key), model.contains_key(key), "{key}");
             assert_eq!(
-                index.get(key).map(|o| o.epoch),
+                index.get(key).map(|o| o.generation),
                 model.get(key).copied(),
                 "{key}"
             );
