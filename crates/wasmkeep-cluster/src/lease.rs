@@ -848,6 +848,179 @@ mod tests {
         assert_eq!(written(&bucket, key).await.incarnation, c.incarnation());
     }
 
+    // The three tests below pin the bucket requests of the lease, call for
+    // call: the simulation's digests see every one of them, so a reshaping
+    // of this code must leave these lines as they are.
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_write_blind_then_on_their_etag_and_read_only_after_a_conflict() {
+        use crate::testing::Recorder;
+        use wasmkeep_bucket::Fault;
+        let bucket = Recorder::new();
+        let key = "apps/default/nodes/n1";
+        let lease = process(1);
+        let renew = || lease.renew(&bucket, key, heartbeat("n1", "", 0));
+        renew().await.unwrap();
+        renew().await.unwrap();
+        // A lost reply: the next renewal writes unconditionally.
+        bucket.inner.faults().push(Fault::ReplyLost);
+        assert!(renew().await.is_err());
+        renew().await.unwrap();
+        // A late write of ours: read once, then renewed on its etag.
+        let landed = heartbeat("n1", &lease.incarnation(), 40).to_text();
+        bucket.inner.put(key, Bytes::from(landed)).await.unwrap();
+        assert!(matches!(renew().await, Err(Error::Bucket(_))));
+        renew().await.unwrap();
+        // Another process's write, then none at all.
+        let theirs = heartbeat("n1", "other", 1).to_text();
+        bucket.inner.put(key, Bytes::from(theirs)).await.unwrap();
+        assert!(matches!(renew().await, Err(Error::DuplicateNode { .. })));
+        bucket.inner.delete(key).await.unwrap();
+        assert!(matches!(renew().await, Err(Error::DuplicateNode { .. })));
+        // An unavailable bucket: no read.
+        bucket.inner.faults().push(Fault::Unavailable);
+        assert!(matches!(renew().await, Err(Error::Bucket(_))));
+        assert_eq!(
+            bucket.take(),
+            [
+                "put nodes/n1 #4540057d -> ok",
+                "put_if_match nodes/n1 if m1 #69da2ddc -> ok",
+                "put_if_match nodes/n1 if m2 #72e9cec7 -> unknown",
+                "put nodes/n1 #71ebd6e6 -> ok",
+                "put_if_match nodes/n1 if m4 #58283911 -> conflict",
+                "get nodes/n1 -> ok",
+                "put_if_match nodes/n1 if m5 #5a1efdb0 -> ok",
+                "put_if_match nodes/n1 if m6 #601c965b -> conflict",
+                "get nodes/n1 -> ok",
+                "put_if_match nodes/n1 if m6 #6578312a -> not found",
+                "put_if_match nodes/n1 if m6 #5b968655 -> unavailable",
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn claims_read_first_and_reread_only_after_a_lost_reply() {
+        use crate::testing::Recorder;
+        use wasmkeep_bucket::Fault;
+        let key = "apps/default/nodes/n1";
+        // Absent: written if still absent.
+        let bucket = Recorder::new();
+        let a = process(1);
+        a.claim(
+            &bucket,
+            key,
+            heartbeat("n1", "", 0),
+            Some("aa"),
+            WATCH,
+            POLL,
+        )
+        .await
+        .unwrap();
+        // Its own data dir's successor: replaced at once on the etag read.
+        let b = process(2);
+        b.claim(
+            &bucket,
+            key,
+            heartbeat("n1", "", 0),
+            Some("aa"),
+            WATCH,
+            POLL,
+        )
+        .await
+        .unwrap();
+        // Another data dir's process: watched until unchanged, then replaced.
+        let c = process(3);
+        c.claim(
+            &bucket,
+            key,
+            heartbeat("n1", "", 0),
+            Some("cc"),
+            WATCH,
+            POLL,
+        )
+        .await
+        .unwrap();
+        // A lost reply: read back, and ours.
+        let fresh = Recorder::new();
+        fresh.inner.faults().push(Fault::ReplyLost);
+        let d = process(4);
+        d.claim(&fresh, key, heartbeat("n1", "", 0), None, WATCH, POLL)
+            .await
+            .unwrap();
+        assert!(d.is_valid());
+        // A lost reply and the heartbeat gone on the read back: the read's
+        // error.
+        let gone = Recorder::new();
+        gone.inner.faults().push(Fault::ReplyLost);
+        gone.meddle(Some(Box::new(move |op, k| {
+            (op == "get" && k == key).then(|| (key.to_owned(), None))
+        })));
+        let e = process(5);
+        let claimed = e
+            .claim(&gone, key, heartbeat("n1", "", 0), None, WATCH, POLL)
+            .await;
+        assert!(
+            matches!(
+                &claimed,
+                Err(Error::Bucket(wasmkeep_bucket::Error::NotFound { key: k })) if k == key
+            ),
+            "{claimed:?}"
+        );
+        assert_eq!(
+            [bucket.take(), fresh.take(), gone.take()].concat(),
+            [
+                "get nodes/n1 -> not found",
+                "put_if_absent nodes/n1 #18b6f2a7 -> ok",
+                "get nodes/n1 -> ok",
+                "put_if_match nodes/n1 if m1 #54bc51c9 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> ok",
+                "put_if_match nodes/n1 if m2 #2122f9e2 -> ok",
+                "get nodes/n1 -> not found",
+                "put_if_absent nodes/n1 #75260c76 -> unknown",
+                "get nodes/n1 -> ok",
+                "get nodes/n1 -> not found",
+                "put_if_absent nodes/n1 #3a8f203b -> unknown",
+                "get nodes/n1 -> not found",
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn observers_read_and_a_resignation_deletes_unconditionally() {
+        use crate::testing::Recorder;
+        let bucket = Recorder::new();
+        let key = "apps/default/nodes/n1";
+        let node = NodeId::new("n1").unwrap();
+        let obs = LeaseObserver::new(Arc::new(SystemClock), TTL, MARGIN);
+        obs.read(&bucket, key, &node).await.unwrap();
+        let a = process(1);
+        a.renew(&bucket, key, heartbeat("n1", "", 0)).await.unwrap();
+        obs.read(&bucket, key, &node).await.unwrap();
+        assert!(a.resign(&bucket, key).await.unwrap());
+        assert!(!a.resign(&bucket, key).await.unwrap());
+        assert_eq!(
+            bucket.take(),
+            [
+                "get nodes/n1 -> not found",
+                "put nodes/n1 #4540057d -> ok",
+                "get nodes/n1 -> ok",
+                "delete nodes/n1 -> ok",
+            ]
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_heartbeat_deleted_during_the_watch_is_written_anew() {
         let bucket = Arc::new(wasmkeep_bucket::MemoryBucket::new());

@@ -397,9 +397,10 @@ enum ReleaseRetry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Recorder;
     use crate::{SeededRandom, SystemClock};
     use std::collections::BTreeSet;
-    use wasmkeep_bucket::MemoryBucket;
+    use wasmkeep_bucket::{Fault, MemoryBucket};
     use wasmkeep_types::AppName;
     use wasmkeep_types::heartbeat::{ClassesServed, DrainState, Heartbeat, NodeState};
 
@@ -692,6 +693,196 @@ mod tests {
             (bucket.owner_reads(), bucket.owner_writes()),
             (reads + 2, writes + 2),
             "a read before each write, and no write that fails"
+        );
+    }
+
+    // The tests below pin the bucket requests of ownership records, call
+    // for call: the simulation's digests see every one of them, so a
+    // reshaping of this code must leave these lines as they are.
+
+    /// Nodes `a` and `b` beating on a recording bucket, the log emptied.
+    async fn recorded(conditional_delete: bool) -> (Arc<Recorder>, Node, Node) {
+        let bucket = Arc::new(Recorder::over(MemoryBucket::new(), conditional_delete));
+        let (a, b) = Node::two_beating(bucket.clone()).await;
+        bucket.take();
+        (bucket, a, b)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acquires_and_releases_make_the_same_requests_call_for_call() {
+        let (bucket, a, b) = recorded(true).await;
+        let x = actor();
+        // Free: written unread. Held: b's write conflicts, b reads the
+        // record and a's heartbeat.
+        let etag = a.acquired(&x).await;
+        assert!(matches!(
+            b.ownership.acquire(&x).await.unwrap(),
+            AcquireOutcome::HeldBy { .. }
+        ));
+        // Released with a conditional delete, then acquired by b.
+        assert_eq!(a.ownership.release(&x, &etag).await, LeaseReturn::Released);
+        let etag = b.acquired(&x).await;
+        // b acquires again what it holds: rewritten on its etag.
+        b.acquired(&x).await;
+        // A release on a stale etag: read back, still b's, released again.
+        assert_eq!(b.ownership.release(&x, &etag).await, LeaseReturn::Released);
+        // A lost reply to an acquire: read back, and ours.
+        bucket.inner.faults().push(Fault::ReplyLost);
+        let etag = a.acquired(&x).await;
+        // A lost reply to a release: read back, gone.
+        bucket.inner.faults().push(Fault::ReplyLost);
+        assert_eq!(a.ownership.release(&x, &etag).await, LeaseReturn::Released);
+        // An expired hold is taken over: a stops beating.
+        a.acquired(&x).await;
+        for _ in 0..5 {
+            tokio::time::advance(Duration::from_secs(3)).await;
+            b.beat().await;
+        }
+        assert!(matches!(
+            b.ownership.acquire(&x).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+        // The leftovers' path: read, then one conditional release.
+        let left = b.ownership.leftover_hold(&x).await.unwrap();
+        let left = left.expect("b holds x");
+        assert!(b.ownership.release_leftover(&x, &left).await);
+        assert_eq!(b.ownership.holder(&x).await.unwrap(), None);
+        // An unavailable bucket: an acquire fails at once.
+        bucket.inner.faults().push(Fault::Unavailable);
+        assert!(matches!(
+            b.ownership.acquire(&x).await,
+            Err(Error::Bucket(wasmkeep_bucket::Error::Unavailable { .. }))
+        ));
+        let log: Vec<String> = bucket
+            .take()
+            .into_iter()
+            .filter(|line| !line.contains(" nodes/b "))
+            .collect();
+        assert_eq!(
+            log,
+            [
+                "put_if_absent owners/t/counter/61 #a09c52aa -> ok",
+                "put_if_absent owners/t/counter/61 #32cc8dc6 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "get nodes/a -> ok",
+                "delete_if_match owners/t/counter/61 if m3 -> ok",
+                "put_if_absent owners/t/counter/61 #66df2c31 -> ok",
+                "put_if_absent owners/t/counter/61 #da5bcf33 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m4 #135001f7 -> ok",
+                "delete_if_match owners/t/counter/61 if m4 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "delete_if_match owners/t/counter/61 if m5 -> ok",
+                "put_if_absent owners/t/counter/61 #c074afb0 -> unknown",
+                "get owners/t/counter/61 -> ok",
+                "delete_if_match owners/t/counter/61 if m6 -> unknown",
+                "get owners/t/counter/61 -> not found",
+                "put_if_absent owners/t/counter/61 #b73d12f0 -> ok",
+                "put_if_absent owners/t/counter/61 #a9d70791 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "get nodes/a -> ok",
+                "put_if_match owners/t/counter/61 if m7 #9d953905 -> ok",
+                "get owners/t/counter/61 -> ok",
+                "delete_if_match owners/t/counter/61 if m13 -> ok",
+                "get owners/t/counter/61 -> not found",
+                "put_if_absent owners/t/counter/61 #337fb2bb -> unavailable",
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_conditional_deletes_a_release_writes_a_released_record() {
+        let (bucket, a, b) = recorded(false).await;
+        let x = actor();
+        let etag = a.acquired(&x).await;
+        assert_eq!(a.ownership.release(&x, &etag).await, LeaseReturn::Released);
+        // a has learned to read first; b has not yet.
+        let etag = b.acquired(&x).await;
+        assert_eq!(b.ownership.release(&x, &etag).await, LeaseReturn::Released);
+        a.acquired(&x).await;
+        assert_eq!(
+            bucket.take(),
+            [
+                "put_if_absent owners/t/counter/61 #a09c52aa -> ok",
+                "delete_if_match owners/t/counter/61 if m3 -> unsupported",
+                "put_if_match owners/t/counter/61 if m3 #98f82960 -> ok",
+                "put_if_absent owners/t/counter/61 #32cc8dc6 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m4 #6cc24671 -> ok",
+                "delete_if_match owners/t/counter/61 if m5 -> unsupported",
+                "put_if_match owners/t/counter/61 if m5 #e46140dd -> ok",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m6 #b73d12f0 -> ok",
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acquire_that_keeps_losing_its_race_gives_up_after_its_attempts() {
+        let (bucket, a, _b) = recorded(true).await;
+        let x = actor();
+        let owner = a.keys.owner(&x);
+        // Another writer rewrites the record before each of a's writes.
+        let mut n = 0;
+        bucket.meddle(Some(Box::new(move |op, key| {
+            (op.starts_with("put") && key == owner).then(|| {
+                n += 1;
+                (owner.clone(), Some(Bytes::from(format!("garbage {n}"))))
+            })
+        })));
+        let acquired = a.ownership.acquire(&x).await;
+        assert!(
+            matches!(
+                &acquired,
+                Err(Error::Bucket(wasmkeep_bucket::Error::Unavailable { reason, .. }))
+                    if reason == "the ownership record kept changing"
+            ),
+            "{acquired:?}"
+        );
+        assert_eq!(
+            bucket.take(),
+            [
+                "put_if_absent owners/t/counter/61 #a09c52aa -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m3 #c074afb0 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m4 #b73d12f0 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m5 #c8ec7da4 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m6 #a28154c1 -> conflict",
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_reply_under_another_writers_record_counts_as_an_attempt() {
+        let (bucket, a, _b) = recorded(true).await;
+        let x = actor();
+        let owner = a.keys.owner(&x);
+        // a's first write applies but its reply is lost, and another writer
+        // replaces it before a reads it back.
+        bucket.inner.faults().push(Fault::ReplyLost);
+        let mut reads = 0;
+        bucket.meddle(Some(Box::new(move |op, key| {
+            if op != "get" || key != owner {
+                return None;
+            }
+            reads += 1;
+            (reads == 1).then(|| (owner.clone(), Some(Bytes::from_static(b"not a record"))))
+        })));
+        assert!(matches!(
+            a.ownership.acquire(&x).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+        assert_eq!(
+            bucket.take(),
+            [
+                "put_if_absent owners/t/counter/61 #a09c52aa -> unknown",
+                "get owners/t/counter/61 -> ok",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m4 #c074afb0 -> ok",
+            ]
         );
     }
 
