@@ -900,7 +900,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn claims_read_first_and_reread_only_after_a_lost_reply() {
-        use crate::testing::Recorder;
+        use crate::testing::{Meddling, Recorder};
         use wasmkeep_bucket::Fault;
         let key = "apps/default/nodes/n1";
         // Absent: written if still absent.
@@ -953,7 +953,7 @@ mod tests {
         let gone = Recorder::new();
         gone.inner.faults().push(Fault::ReplyLost);
         gone.meddle(Some(Box::new(move |op, k| {
-            (op == "get" && k == key).then(|| (key.to_owned(), None))
+            (op == "get" && k == key).then(|| Meddling::Delete(key.to_owned()))
         })));
         let e = process(5);
         let claimed = e

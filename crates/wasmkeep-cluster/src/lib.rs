@@ -15,8 +15,8 @@ pub mod ownership;
 pub mod peers;
 pub mod planted;
 pub mod signing;
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use clock::{Clock, OsRandom, Random, SeededRandom, SystemClock};
 pub use lease::{LeaseObserver, NodeLease};

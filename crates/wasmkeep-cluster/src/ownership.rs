@@ -397,7 +397,7 @@ enum ReleaseRetry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::Recorder;
+    use crate::testing::{Meddling, Recorder};
     use crate::{SeededRandom, SystemClock};
     use std::collections::BTreeSet;
     use wasmkeep_bucket::{Fault, MemoryBucket};
@@ -827,7 +827,7 @@ mod tests {
         bucket.meddle(Some(Box::new(move |op, key| {
             (op.starts_with("put") && key == owner).then(|| {
                 n += 1;
-                (owner.clone(), Some(Bytes::from(format!("garbage {n}"))))
+                Meddling::Put(owner.clone(), Bytes::from(format!("garbage {n}")))
             })
         })));
         let acquired = a.ownership.acquire(&x).await;
@@ -869,7 +869,7 @@ mod tests {
                 return None;
             }
             reads += 1;
-            (reads == 1).then(|| (owner.clone(), Some(Bytes::from_static(b"not a record"))))
+            (reads == 1).then(|| Meddling::Put(owner.clone(), Bytes::from_static(b"not a record")))
         })));
         assert!(matches!(
             a.ownership.acquire(&x).await.unwrap(),

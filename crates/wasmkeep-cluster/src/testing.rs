@@ -14,13 +14,22 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use wasmkeep_bucket::{Bucket, Error, Etag, ListPage, MemoryBucket, Object, ObjectMeta, Result};
 
-/// A write another writer makes just before one of the recorded requests:
-/// given the request's operation and key, the key to write, if any, and
-/// its bytes (`None`: delete it).
-pub(crate) type Meddle = Box<dyn FnMut(&str, &str) -> Option<(String, Option<Bytes>)> + Send>;
+/// What happens just before one of the recorded requests.
+#[derive(Debug)]
+pub enum Meddling {
+    /// Another writer puts these bytes under this key.
+    Put(String, Bytes),
+    /// Another writer deletes this key.
+    Delete(String),
+    /// The request fails with `Unavailable` and changes nothing.
+    Unavailable,
+}
+
+/// Given a request's operation and key, what happens just before it.
+pub type Meddle = Box<dyn FnMut(&str, &str) -> Option<Meddling> + Send>;
 
 /// A [`MemoryBucket`] client that records every request (see the module).
-pub(crate) struct Recorder {
+pub struct Recorder {
     pub inner: MemoryBucket,
     /// Another client of the same objects, for meddling writes: the faults
     /// queued on `inner` are left for the recorded requests.
@@ -28,14 +37,19 @@ pub(crate) struct Recorder {
     log: Mutex<Vec<String>>,
     /// Whether `delete_if_match` works (the S3 backend may refuse it).
     conditional_delete: bool,
-    /// Called with (operation, key) before each request; the write it
-    /// returns is made first, unrecorded, as by another node.
+    /// Called with (operation, key) before each request (see [`Meddling`]).
     meddle: Mutex<Option<Meddle>>,
 }
 
 impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recorder").finish_non_exhaustive()
+    }
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -63,23 +77,32 @@ impl Recorder {
         *self.meddle.lock() = meddle;
     }
 
-    async fn before(&self, op: &str, key: &str) {
-        let write = self.meddle.lock().as_mut().and_then(|m| m(op, key));
-        match write {
-            Some((key, Some(bytes))) => {
+    /// Carries out the meddling planned for this request: an error when
+    /// the request is to fail.
+    async fn before(&self, op: &str, key: &str) -> Result<()> {
+        let meddling = self.meddle.lock().as_mut().and_then(|m| m(op, key));
+        match meddling {
+            Some(Meddling::Put(key, bytes)) => {
                 self.other
                     .put(&key, bytes)
                     .await
                     .expect("a meddling put to the memory bucket");
             }
-            Some((key, None)) => {
+            Some(Meddling::Delete(key)) => {
                 self.other
                     .delete(&key)
                     .await
                     .expect("a meddling delete from the memory bucket");
             }
+            Some(Meddling::Unavailable) => {
+                return Err(Error::Unavailable {
+                    key: key.to_owned(),
+                    reason: "meddled: unavailable".to_owned(),
+                });
+            }
             None => {}
         }
+        Ok(())
     }
 
     fn note<T>(
@@ -126,67 +149,87 @@ fn fnv1a(bytes: &[u8]) -> u32 {
 #[async_trait]
 impl Bucket for Recorder {
     async fn get(&self, key: &str) -> Result<Object> {
-        self.before("get", key).await;
-        let result = self.inner.get(key).await;
+        let result = match self.before("get", key).await {
+            Ok(()) => self.inner.get(key).await,
+            Err(e) => Err(e),
+        };
         self.note("get", key, None, None, &result);
         result
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        self.before("head", key).await;
-        let result = self.inner.head(key).await;
+        let result = match self.before("head", key).await {
+            Ok(()) => self.inner.head(key).await,
+            Err(e) => Err(e),
+        };
         self.note("head", key, None, None, &result);
         result
     }
 
     async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.before("put_if_absent", key).await;
-        let result = self.inner.put_if_absent(key, bytes.clone()).await;
+        let result = match self.before("put_if_absent", key).await {
+            Ok(()) => self.inner.put_if_absent(key, bytes.clone()).await,
+            Err(e) => Err(e),
+        };
         self.note("put_if_absent", key, None, Some(&bytes), &result);
         result
     }
 
     async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.before("put_if_absent_unhurried", key).await;
-        let result = self.inner.put_if_absent(key, bytes.clone()).await;
+        let result = match self.before("put_if_absent_unhurried", key).await {
+            Ok(()) => self.inner.put_if_absent(key, bytes.clone()).await,
+            Err(e) => Err(e),
+        };
         self.note("put_if_absent_unhurried", key, None, Some(&bytes), &result);
         result
     }
 
     async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.before("put_if_absent_alone", key).await;
-        let result = self.inner.put_if_absent(key, bytes.clone()).await;
+        let result = match self.before("put_if_absent_alone", key).await {
+            Ok(()) => self.inner.put_if_absent(key, bytes.clone()).await,
+            Err(e) => Err(e),
+        };
         self.note("put_if_absent_alone", key, None, Some(&bytes), &result);
         result
     }
 
     async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
-        self.before("put_if_match", key).await;
-        let result = self.inner.put_if_match(key, bytes.clone(), etag).await;
+        let result = match self.before("put_if_match", key).await {
+            Ok(()) => self.inner.put_if_match(key, bytes.clone(), etag).await,
+            Err(e) => Err(e),
+        };
         self.note("put_if_match", key, Some(etag), Some(&bytes), &result);
         result
     }
 
     async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.before("put", key).await;
-        let result = self.inner.put(key, bytes.clone()).await;
+        let result = match self.before("put", key).await {
+            Ok(()) => self.inner.put(key, bytes.clone()).await,
+            Err(e) => Err(e),
+        };
         self.note("put", key, None, Some(&bytes), &result);
         result
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
-        self.before("delete", key).await;
-        let result = self.inner.delete(key).await;
+        let result = match self.before("delete", key).await {
+            Ok(()) => self.inner.delete(key).await,
+            Err(e) => Err(e),
+        };
         self.note("delete", key, None, None, &result);
         result
     }
 
     async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
-        self.before("delete_if_match", key).await;
-        let result = if self.conditional_delete {
-            self.inner.delete_if_match(key, etag).await
-        } else {
-            Err(Error::Unsupported("conditional delete"))
+        let result = match self.before("delete_if_match", key).await {
+            Ok(()) => {
+                if self.conditional_delete {
+                    self.inner.delete_if_match(key, etag).await
+                } else {
+                    Err(Error::Unsupported("conditional delete"))
+                }
+            }
+            Err(e) => Err(e),
         };
         self.note("delete_if_match", key, Some(etag), None, &result);
         result

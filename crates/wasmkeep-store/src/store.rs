@@ -1529,6 +1529,103 @@ mod tests {
         MemFile::unregister(name);
     }
 
+    /// A store config whose writes give up after `attempts`.
+    fn attempts(attempts: u32) -> StoreConfig {
+        StoreConfig {
+            write_attempts_max: attempts,
+            ..StoreConfig::default()
+        }
+    }
+
+    // Pins the bucket requests of a settled put, call for call: the
+    // simulation's digests see every one of them.
+    #[tokio::test(start_paused = true)]
+    async fn a_settled_put_reads_back_only_after_a_conflict_or_its_last_attempt() {
+        use wasmkeep_bucket::Fault;
+        use wasmkeep_cluster::testing::{Meddling, Recorder};
+        let bucket = Recorder::new();
+        let ours = Bytes::from_static(b"ours");
+        let put = |key: &'static str, haste: Haste, config: StoreConfig| {
+            let (bucket, ours) = (&bucket, ours.clone());
+            async move { put_settled(bucket, key, ours, &config, haste).await }
+        };
+        let six = StoreConfig::default;
+        // Each haste its own request.
+        assert!(put("a/1", Haste::Hurried, six()).await.is_ok());
+        assert!(put("a/2", Haste::Unhurried, six()).await.is_ok());
+        assert!(put("a/3", Haste::Alone, six()).await.is_ok());
+        // A lost reply: tried again, the conflict read back, ours.
+        bucket.inner.faults().push(Fault::ReplyLost);
+        assert!(put("a/4", Haste::Alone, six()).await.is_ok());
+        // Another writer's bytes: fenced.
+        bucket
+            .inner
+            .put("a/5", Bytes::from_static(b"theirs"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            put("a/5", Haste::Hurried, six()).await,
+            Err(FailureKind::Fenced)
+        ));
+        // The read-back fails: tried again.
+        bucket.inner.put("a/6", ours.clone()).await.unwrap();
+        let mut reads = 0;
+        bucket.meddle(Some(Box::new(move |op, _| {
+            reads += u32::from(op == "get");
+            (op == "get" && reads == 1).then_some(Meddling::Unavailable)
+        })));
+        assert!(put("a/6", Haste::Hurried, six()).await.is_ok());
+        // Gone by the read-back (compacted by another writer): fenced.
+        bucket.inner.faults().push(Fault::ReplyLost);
+        bucket.meddle(Some(Box::new(|op, key| {
+            (op == "get" && key == "a/7").then(|| Meddling::Delete("a/7".to_owned()))
+        })));
+        assert!(matches!(
+            put("a/7", Haste::Hurried, six()).await,
+            Err(FailureKind::Fenced)
+        ));
+        bucket.meddle(None);
+        // Out of attempts: one last read decides.
+        for _ in 0..2 {
+            bucket.inner.faults().push(Fault::Unavailable);
+        }
+        let broken = put("a/8", Haste::Hurried, attempts(2)).await;
+        assert!(
+            matches!(&broken, Err(FailureKind::Broken(reason)) if reason ==
+                "2 attempts failed (last: bucket unavailable (a/8): injected: one-shot unavailable); read-back: not found: a/8"),
+            "{broken:?}"
+        );
+        bucket.inner.faults().push(Fault::Unavailable);
+        bucket.inner.faults().push(Fault::ReplyLost);
+        assert!(put("a/9", Haste::Hurried, attempts(2)).await.is_ok());
+        assert_eq!(
+            bucket.take(),
+            [
+                "put_if_absent a/1 #7e3ebd7e -> ok",
+                "put_if_absent_unhurried a/2 #7e3ebd7e -> ok",
+                "put_if_absent_alone a/3 #7e3ebd7e -> ok",
+                "put_if_absent_alone a/4 #7e3ebd7e -> unknown",
+                "put_if_absent_alone a/4 #7e3ebd7e -> conflict",
+                "get a/4 -> ok",
+                "put_if_absent a/5 #7e3ebd7e -> conflict",
+                "get a/5 -> ok",
+                "put_if_absent a/6 #7e3ebd7e -> conflict",
+                "get a/6 -> unavailable",
+                "put_if_absent a/6 #7e3ebd7e -> conflict",
+                "get a/6 -> ok",
+                "put_if_absent a/7 #7e3ebd7e -> unknown",
+                "put_if_absent a/7 #7e3ebd7e -> conflict",
+                "get a/7 -> not found",
+                "put_if_absent a/8 #7e3ebd7e -> unavailable",
+                "put_if_absent a/8 #7e3ebd7e -> unavailable",
+                "get a/8 -> not found",
+                "put_if_absent a/9 #7e3ebd7e -> unavailable",
+                "put_if_absent a/9 #7e3ebd7e -> unknown",
+                "get a/9 -> ok",
+            ]
+        );
+    }
+
     #[test]
     fn statement_text_must_hold_a_statement() {
         assert!(check_statement_text(" ; ").is_err());
