@@ -73,6 +73,12 @@ impl Recorder {
         std::mem::take(&mut *self.log.lock())
     }
 
+    /// Adds a line of the test's own to the log (to show where something
+    /// happened between two requests).
+    pub fn mark(&self, line: &str) {
+        self.log.lock().push(line.to_owned());
+    }
+
     pub fn meddle(&self, meddle: Option<Meddle>) {
         *self.meddle.lock() = meddle;
     }
