@@ -54,8 +54,10 @@ pub enum Outcome<T> {
     /// The condition failed: the object exists (create) or its etag is no
     /// longer the one given (replace, delete).
     Conflict,
-    /// The object to replace or delete is gone. Only
-    /// [`Fenced::replace`] and [`Fenced::delete_if_match`] say so.
+    /// The bucket found no object under the key: the object to replace or
+    /// delete is gone. (A bucket that keeps its contract never answers a
+    /// create or an overwrite so; the callers that always treated any
+    /// write's `NotFound` alike still can.)
     Gone,
     /// The write may or may not have applied (its reply was lost): re-read
     /// before deciding anything. Holds the bucket's
@@ -75,18 +77,13 @@ impl<T> Outcome<T> {
         }
     }
 
-    /// Sorts a bucket answer: the conditional outcomes become variants,
-    /// every other error stays an error. `NotFound` is [`Outcome::Gone`]
-    /// only where `gone_is_an_outcome` (a conditional write on an etag);
-    /// anywhere else it breaks the bucket's contract and stays an error.
-    fn of(
-        answer: wasmkeep_bucket::Result<T>,
-        gone_is_an_outcome: bool,
-    ) -> wasmkeep_bucket::Result<Self> {
+    /// Sorts a bucket answer: the outcomes a conditional write may meet
+    /// become variants, every other error stays an error.
+    fn of(answer: wasmkeep_bucket::Result<T>) -> wasmkeep_bucket::Result<Self> {
         match answer {
             Ok(value) => Ok(Outcome::Done(value)),
             Err(wasmkeep_bucket::Error::Conflict { .. }) => Ok(Outcome::Conflict),
-            Err(wasmkeep_bucket::Error::NotFound { .. }) if gone_is_an_outcome => Ok(Outcome::Gone),
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(Outcome::Gone),
             Err(error @ wasmkeep_bucket::Error::OutcomeUnknown { .. }) => {
                 Ok(Outcome::Unknown(error))
             }
@@ -214,7 +211,7 @@ impl<'a> Fenced<'a> {
             Haste::Unhurried => self.bucket.put_if_absent_unhurried(self.key, bytes).await,
             Haste::Alone => self.bucket.put_if_absent_alone(self.key, bytes).await,
         };
-        Outcome::of(put.map(|meta| meta.etag), false)
+        Outcome::of(put.map(|meta| meta.etag))
     }
 
     /// Replaces the object if its etag is still `etag` (put-if-match):
@@ -225,22 +222,22 @@ impl<'a> Fenced<'a> {
         bytes: Bytes,
     ) -> wasmkeep_bucket::Result<Outcome<Etag>> {
         let put = self.bucket.put_if_match(self.key, bytes, etag).await;
-        Outcome::of(put.map(|meta| meta.etag), true)
+        Outcome::of(put.map(|meta| meta.etag))
     }
 
     /// Writes the object whatever is there (a plain put): for a writer that
-    /// knows no etag to write on, such as a node's first heartbeat. Only
-    /// `Done` or `Unknown`.
+    /// knows no etag to write on, such as a node's first heartbeat: `Done`
+    /// or `Unknown` from a bucket that keeps its contract.
     pub async fn overwrite(self, bytes: Bytes) -> wasmkeep_bucket::Result<Outcome<Etag>> {
         let put = self.bucket.put(self.key, bytes).await;
-        Outcome::of(put.map(|meta| meta.etag), false)
+        Outcome::of(put.map(|meta| meta.etag))
     }
 
     /// Deletes the object if its etag is still `etag`: `Conflict` if it
     /// changed, `Gone` if it is absent. A backend without conditional
     /// deletes answers [`wasmkeep_bucket::Error::Unsupported`].
     pub async fn delete_if_match(self, etag: &Etag) -> wasmkeep_bucket::Result<Outcome<()>> {
-        Outcome::of(self.bucket.delete_if_match(self.key, etag).await, true)
+        Outcome::of(self.bucket.delete_if_match(self.key, etag).await)
     }
 
     /// Reads the object, asks `decide` what to do with it, and does that on
