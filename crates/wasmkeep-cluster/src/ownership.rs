@@ -27,12 +27,13 @@ use bytes::Bytes;
 use wasmkeep_bucket::{Bucket, Etag};
 use wasmkeep_types::{ActorId, Keys, NodeId};
 
+use crate::fenced::{Decision, Fenced, Outcome, Start, Updated, Versioned};
 use crate::lease::{HoldStatus, LeaseObserver, NodeLease};
 use crate::{Clock, Error, Random, Result};
 
 const MAGIC: &str = "wasmkeep-owner 1";
 /// Attempts of one acquire when other writers keep changing the record.
-const ACQUIRE_ATTEMPTS_MAX: usize = 4;
+const ACQUIRE_ATTEMPTS_MAX: u32 = 4;
 /// First pause between release attempts; doubles up to the cap.
 const RELEASE_BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const RELEASE_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -152,7 +153,7 @@ impl Ownership {
     pub async fn read(&self, actor: &ActorId) -> Result<Option<(OwnershipRecord, Etag)>> {
         Ok(match self.fetch(actor).await? {
             Fetched::Record(record, etag) => Some((record, etag)),
-            Fetched::Absent | Fetched::Unparseable(_) => None,
+            Fetched::Absent | Fetched::Unparseable => None,
         })
     }
 
@@ -160,22 +161,8 @@ impl Ownership {
     /// not parse (which an acquire replaces with put-if-match on its etag).
     async fn fetch(&self, actor: &ActorId) -> Result<Fetched> {
         let key = self.keys.owner(actor);
-        match self.bucket.get(&key).await {
-            Ok(object) => Ok(
-                match std::str::from_utf8(&object.bytes)
-                    .ok()
-                    .and_then(OwnershipRecord::parse)
-                {
-                    Some(record) => Fetched::Record(record, object.meta.etag),
-                    None => {
-                        tracing::warn!(key, "ownership record does not parse; treating it as free");
-                        Fetched::Unparseable(object.meta.etag)
-                    }
-                },
-            ),
-            Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(Fetched::Absent),
-            Err(err) => Err(err.into()),
-        }
+        let current = Fenced::new(&*self.bucket, &key).read().await?;
+        Ok(Fetched::of(&key, current))
     }
 
     /// Whether the record's hold is valid now, reading the holder's
@@ -217,70 +204,80 @@ impl Ownership {
     /// Acquires the actor for this node unless another node holds it.
     pub async fn acquire(&self, actor: &ActorId) -> Result<AcquireOutcome> {
         let key = self.keys.owner(actor);
-        let create_first = self.create_first.load(Ordering::Relaxed);
-        // An attempt that only learned that the record exists is not counted.
-        for attempt in 0..ACQUIRE_ATTEMPTS_MAX + usize::from(create_first) {
+        let record = Fenced::new(&*self.bucket, &key);
+        // Before each attempt's read: the lease is checked and a fresh
+        // nonce drawn.
+        let mut prepare = || {
             if !self.lease.is_valid() {
                 return Err(Error::LeaseInvalid);
             }
-            let mine = OwnershipRecord {
+            Ok(OwnershipRecord {
                 node: self.me.clone(),
                 incarnation: self.lease.incarnation(),
                 held: true,
                 nonce: self.random.token_hex(8),
-            };
+            })
+        };
+        let (this, key_text) = (self, key.as_str());
+        let mut decide = move |mine: OwnershipRecord, current| async move {
             let body = Bytes::from(mine.to_text());
-            // The first attempt may skip the read: a record that exists
-            // makes the put-if-absent a conflict, and the next attempt reads.
-            let fetched = if attempt == 0 && create_first {
-                Fetched::Absent
-            } else {
-                self.fetch(actor).await?
-            };
-            let written = match fetched {
+            Ok(match Fetched::of(key_text, current) {
                 // A racing acquire that creates the record first makes this
                 // a conflict: its hold is judged in the next round.
-                Fetched::Absent => self.bucket.put_if_absent(&key, body).await,
-                Fetched::Unparseable(etag) => self.bucket.put_if_match(&key, body, &etag).await,
-                Fetched::Record(record, etag) => {
+                Fetched::Absent | Fetched::Unparseable => Decision::Write(body),
+                Fetched::Record(record, _)
                     if record.held
-                        && record.node == self.me
-                        && record.incarnation == mine.incarnation
-                    {
-                        // Ours already (a release that failed): rewritten,
-                        // so the etag changes and a leftover release racing
-                        // this acquire (conditional on the old one) fails.
-                        self.bucket.put_if_match(&key, body, &etag).await
-                    } else {
-                        match self.hold_status(&record).await? {
-                            HoldStatus::Valid => {
-                                return Ok(AcquireOutcome::HeldBy { node: record.node });
-                            }
-                            HoldStatus::Expired | HoldStatus::Unknown => {
-                                self.bucket.put_if_match(&key, body, &etag).await
-                            }
-                        }
-                    }
+                        && record.node == this.me
+                        && record.incarnation == mine.incarnation =>
+                {
+                    // Ours already (a release that failed): rewritten, so
+                    // the etag changes and a leftover release racing this
+                    // acquire (conditional on the old one) fails.
+                    Decision::Write(body)
                 }
-            };
-            match written {
-                Ok(meta) => return Ok(AcquireOutcome::Acquired { etag: meta.etag }),
-                Err(
-                    wasmkeep_bucket::Error::Conflict { .. }
-                    | wasmkeep_bucket::Error::NotFound { .. },
-                ) => {
-                    continue;
-                }
-                Err(wasmkeep_bucket::Error::OutcomeUnknown { .. }) => {
-                    // Re-read: the write may have applied.
+                Fetched::Record(record, _) => match this.hold_status(&record).await? {
+                    HoldStatus::Valid => Decision::Leave(record.node),
+                    HoldStatus::Expired | HoldStatus::Unknown => Decision::Write(body),
+                },
+            })
+        };
+        let create_first = self.create_first.load(Ordering::Relaxed);
+        // An attempt that only learned that the record exists is not counted.
+        let mut attempts_left = ACQUIRE_ATTEMPTS_MAX + u32::from(create_first);
+        // The first attempt may skip the read: a record that exists makes
+        // the put-if-absent a conflict, and the next attempt reads.
+        let mut start = if create_first {
+            Start::Blind
+        } else {
+            Start::Read
+        };
+        while attempts_left > 0 {
+            let updated = record
+                .update_with(attempts_left, start, &mut prepare, &mut decide)
+                .await?;
+            match updated {
+                Updated::Written(etag) => return Ok(AcquireOutcome::Acquired { etag }),
+                Updated::Left(node) => return Ok(AcquireOutcome::HeldBy { node }),
+                Updated::Unknown {
+                    attempts, bytes, ..
+                } => {
+                    // Re-read: the write may have applied. Its nonce, in the
+                    // bytes it put, tells ours from another's.
+                    let nonce = bytes
+                        .as_deref()
+                        .and_then(|b| std::str::from_utf8(b).ok())
+                        .and_then(OwnershipRecord::parse)
+                        .map(|mine| mine.nonce);
                     if let Some((record, etag)) = self.read(actor).await?
-                        && record.nonce == mine.nonce
+                        && Some(record.nonce) == nonce
                     {
                         return Ok(AcquireOutcome::Acquired { etag });
                     }
-                    continue;
+                    attempts_left -= attempts;
+                    start = Start::Read;
                 }
-                Err(err) => return Err(err.into()),
+                Updated::Contended { .. } => break,
+                Updated::Deleted => unreachable!("an acquire never decides to delete"),
             }
         }
         Err(Error::Bucket(wasmkeep_bucket::Error::Unavailable {
@@ -341,7 +338,8 @@ impl Ownership {
         key: &str,
         etag: &Etag,
     ) -> Result<(), ReleaseRetry> {
-        let outcome = match self.bucket.delete_if_match(key, etag).await {
+        let record = Fenced::new(&*self.bucket, key);
+        let outcome = match record.delete_if_match(etag).await {
             Err(wasmkeep_bucket::Error::Unsupported(_)) => {
                 self.create_first.store(false, Ordering::Relaxed);
                 let released = OwnershipRecord {
@@ -350,19 +348,16 @@ impl Ownership {
                     held: false,
                     nonce: self.random.token_hex(8),
                 };
-                self.bucket
-                    .put_if_match(key, Bytes::from(released.to_text()), etag)
+                record
+                    .replace(etag, Bytes::from(released.to_text()))
                     .await
-                    .map(|_| ())
+                    .map(|written| written.map(|_| ()))
             }
             other => other,
         };
         match outcome {
-            Ok(()) | Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(()),
-            Err(
-                wasmkeep_bucket::Error::Conflict { .. }
-                | wasmkeep_bucket::Error::OutcomeUnknown { .. },
-            ) => {
+            Ok(Outcome::Done(()) | Outcome::Gone) => Ok(()),
+            Ok(Outcome::Conflict | Outcome::Unknown(_)) => {
                 // Re-read: released already, taken by someone else, or still ours
                 // under another etag (a lost reply).
                 match self.read(actor).await {
@@ -385,8 +380,29 @@ impl Ownership {
 /// What one read of an ownership record found.
 enum Fetched {
     Absent,
-    Unparseable(Etag),
+    /// Replaced by an acquire (on the etag its read saw).
+    Unparseable,
     Record(OwnershipRecord, Etag),
+}
+
+impl Fetched {
+    /// Parses what a read of the record at `key` returned. A record that
+    /// does not parse is logged: no valid node wrote it.
+    fn of(key: &str, current: Option<Versioned<Bytes>>) -> Self {
+        let Some(current) = current else {
+            return Fetched::Absent;
+        };
+        match std::str::from_utf8(&current.value)
+            .ok()
+            .and_then(OwnershipRecord::parse)
+        {
+            Some(record) => Fetched::Record(record, current.etag),
+            None => {
+                tracing::warn!(key, "ownership record does not parse; treating it as free");
+                Fetched::Unparseable
+            }
+        }
+    }
 }
 
 enum ReleaseRetry {
