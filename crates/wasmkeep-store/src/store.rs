@@ -29,6 +29,8 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params_from_iter};
 use tokio::sync::{Notify, watch};
 use wasmkeep_bucket::{Bucket, Error as BucketError};
+pub(crate) use wasmkeep_cluster::fenced::Haste;
+use wasmkeep_cluster::fenced::{Fenced, Outcome};
 use wasmkeep_types::{ActorId, Keys};
 
 use crate::conn::Conn;
@@ -1101,19 +1103,12 @@ async fn write_record(
     Ok(())
 }
 
-/// Whether a response waits for a write ([`Bucket::put_if_absent_unhurried`]),
-/// and whether its writer waits for nothing else
-/// ([`Bucket::put_if_absent_alone`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Haste {
-    Hurried,
-    Unhurried,
-    Alone,
-}
-
 /// put-if-absent of a record whose body is unique to this writer, settled:
 /// `Ok` once our bytes are in the bucket under `key`; `Fenced` when other
 /// bytes are; `Broken` when the bucket would not tell within the retries.
+/// `haste` picks the bucket request: whether a response waits for this
+/// write ([`Haste::Unhurried`] when none does), and whether its writer
+/// waits for nothing else ([`Haste::Alone`]).
 pub(crate) async fn put_settled(
     bucket: &dyn Bucket,
     key: &str,
@@ -1121,31 +1116,38 @@ pub(crate) async fn put_settled(
     config: &StoreConfig,
     haste: Haste,
 ) -> Result<(), FailureKind> {
+    let record = Fenced::new(bucket, key);
     let mut backoff = config.write_retry_backoff;
     let mut last_error: String;
     let started = tokio::time::Instant::now();
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let put = match haste {
-            Haste::Hurried => bucket.put_if_absent(key, body.clone()).await,
-            Haste::Unhurried => bucket.put_if_absent_unhurried(key, body.clone()).await,
-            Haste::Alone => bucket.put_if_absent_alone(key, body.clone()).await,
-        };
-        match put {
-            Ok(_) => return Ok(()),
-            Err(BucketError::Conflict { .. }) => {
+        match record.create_with(body.clone(), haste).await {
+            Ok(Outcome::Done(_)) => return Ok(()),
+            Ok(Outcome::Conflict) => {
                 // Ours (an earlier attempt that applied) or another writer's?
-                match bucket.get(key).await {
-                    Ok(o) if o.bytes == body => return Ok(()),
-                    Ok(_) => return Err(FailureKind::Fenced),
+                match record.read().await {
+                    Ok(Some(current)) if current.value == body => return Ok(()),
+                    Ok(Some(_)) => return Err(FailureKind::Fenced),
                     // It existed a moment ago: another writer compacted it away.
-                    Err(BucketError::NotFound { .. }) => return Err(FailureKind::Fenced),
+                    Ok(None) => return Err(FailureKind::Fenced),
                     Err(e) => last_error = e.to_string(),
                 }
             }
-            Err(e @ (BucketError::Unavailable { .. } | BucketError::OutcomeUnknown { .. })) => {
-                last_error = e.to_string()
+            // Tried again: the next attempt's conflict, if it applied, is
+            // read back.
+            Ok(Outcome::Unknown(e)) => last_error = e.to_string(),
+            Err(e @ BucketError::Unavailable { .. }) => last_error = e.to_string(),
+            // A put-if-absent answered "not found" breaks the bucket's
+            // contract: the store breaks, naming it.
+            Ok(Outcome::Gone) => {
+                return Err(FailureKind::Broken(
+                    BucketError::NotFound {
+                        key: key.to_owned(),
+                    }
+                    .to_string(),
+                ));
             }
             Err(e) => return Err(FailureKind::Broken(e.to_string())),
         }
@@ -1156,9 +1158,16 @@ pub(crate) async fn put_settled(
         backoff = backoff.saturating_mul(2);
     }
     // Out of attempts (or time): one last read decides if an attempt applied.
-    match bucket.get(key).await {
-        Ok(o) if o.bytes == body => Ok(()),
-        Ok(_) => Err(FailureKind::Fenced),
+    match record.read().await {
+        Ok(Some(current)) if current.value == body => Ok(()),
+        Ok(Some(_)) => Err(FailureKind::Fenced),
+        Ok(None) => Err(FailureKind::Broken(format!(
+            "{attempts} {} failed (last: {last_error}); read-back: {}",
+            if attempts == 1 { "attempt" } else { "attempts" },
+            BucketError::NotFound {
+                key: key.to_owned()
+            }
+        ))),
         Err(e) => Err(FailureKind::Broken(format!(
             "{attempts} {} failed (last: {last_error}); read-back: {e}",
             if attempts == 1 { "attempt" } else { "attempts" }
@@ -1229,7 +1238,7 @@ struct Snapshot {
     seq: u64,
     alarm_ms: Option<i64>,
     image: Vec<SharedPage>,
-    /// How it is put ([`Bucket::put_if_absent_unhurried`]).
+    /// How it is put ([`Haste::Unhurried`] when no one waits for it).
     haste: Haste,
 }
 
