@@ -1,5 +1,6 @@
 //! Cluster logic: node leases and heartbeats (ADR 0020), peers, ownership
-//! records and holds, owner hints, signed node calls.
+//! records and holds, owner hints, signed node calls, and the fenced object
+//! ([`Fenced`]) that every conditional write of them goes through.
 //!
 //! This is the only crate that decides who owns an actor. Time and
 //! randomness reach it only through [`Clock`] and [`Random`], the bucket
@@ -8,6 +9,7 @@
 //! in-memory bucket.
 
 pub mod clock;
+pub mod fenced;
 pub mod hints;
 pub mod inspect;
 pub mod lease;
@@ -15,8 +17,11 @@ pub mod ownership;
 pub mod peers;
 pub mod planted;
 pub mod signing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use clock::{Clock, OsRandom, Random, SeededRandom, SystemClock};
+pub use fenced::{Decision, Fenced, Haste, Outcome, Start, Updated, Versioned};
 pub use lease::{LeaseObserver, NodeLease};
 pub use ownership::{AcquireOutcome, LeaseReturn, Ownership, OwnershipRecord};
 pub use peers::{Peer, Peers};

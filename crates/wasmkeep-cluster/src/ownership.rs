@@ -27,12 +27,13 @@ use bytes::Bytes;
 use wasmkeep_bucket::{Bucket, Etag};
 use wasmkeep_types::{ActorId, Keys, NodeId};
 
+use crate::fenced::{Decision, Fenced, Outcome, Start, Updated, Versioned};
 use crate::lease::{HoldStatus, LeaseObserver, NodeLease};
 use crate::{Clock, Error, Random, Result};
 
 const MAGIC: &str = "wasmkeep-owner 1";
 /// Attempts of one acquire when other writers keep changing the record.
-const ACQUIRE_ATTEMPTS_MAX: usize = 4;
+const ACQUIRE_ATTEMPTS_MAX: u32 = 4;
 /// First pause between release attempts; doubles up to the cap.
 const RELEASE_BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const RELEASE_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -152,7 +153,7 @@ impl Ownership {
     pub async fn read(&self, actor: &ActorId) -> Result<Option<(OwnershipRecord, Etag)>> {
         Ok(match self.fetch(actor).await? {
             Fetched::Record(record, etag) => Some((record, etag)),
-            Fetched::Absent | Fetched::Unparseable(_) => None,
+            Fetched::Absent | Fetched::Unparseable => None,
         })
     }
 
@@ -160,22 +161,8 @@ impl Ownership {
     /// not parse (which an acquire replaces with put-if-match on its etag).
     async fn fetch(&self, actor: &ActorId) -> Result<Fetched> {
         let key = self.keys.owner(actor);
-        match self.bucket.get(&key).await {
-            Ok(object) => Ok(
-                match std::str::from_utf8(&object.bytes)
-                    .ok()
-                    .and_then(OwnershipRecord::parse)
-                {
-                    Some(record) => Fetched::Record(record, object.meta.etag),
-                    None => {
-                        tracing::warn!(key, "ownership record does not parse; treating it as free");
-                        Fetched::Unparseable(object.meta.etag)
-                    }
-                },
-            ),
-            Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(Fetched::Absent),
-            Err(err) => Err(err.into()),
-        }
+        let current = Fenced::new(&*self.bucket, &key).read().await?;
+        Ok(Fetched::of(&key, current))
     }
 
     /// Whether the record's hold is valid now, reading the holder's
@@ -217,70 +204,80 @@ impl Ownership {
     /// Acquires the actor for this node unless another node holds it.
     pub async fn acquire(&self, actor: &ActorId) -> Result<AcquireOutcome> {
         let key = self.keys.owner(actor);
-        let create_first = self.create_first.load(Ordering::Relaxed);
-        // An attempt that only learned that the record exists is not counted.
-        for attempt in 0..ACQUIRE_ATTEMPTS_MAX + usize::from(create_first) {
+        let record = Fenced::new(&*self.bucket, &key);
+        // Before each attempt's read: the lease is checked and a fresh
+        // nonce drawn.
+        let mut prepare = || {
             if !self.lease.is_valid() {
                 return Err(Error::LeaseInvalid);
             }
-            let mine = OwnershipRecord {
+            Ok(OwnershipRecord {
                 node: self.me.clone(),
                 incarnation: self.lease.incarnation(),
                 held: true,
                 nonce: self.random.token_hex(8),
-            };
+            })
+        };
+        let (this, key_text) = (self, key.as_str());
+        let mut decide = move |mine: OwnershipRecord, current| async move {
             let body = Bytes::from(mine.to_text());
-            // The first attempt may skip the read: a record that exists
-            // makes the put-if-absent a conflict, and the next attempt reads.
-            let fetched = if attempt == 0 && create_first {
-                Fetched::Absent
-            } else {
-                self.fetch(actor).await?
-            };
-            let written = match fetched {
+            Ok(match Fetched::of(key_text, current) {
                 // A racing acquire that creates the record first makes this
                 // a conflict: its hold is judged in the next round.
-                Fetched::Absent => self.bucket.put_if_absent(&key, body).await,
-                Fetched::Unparseable(etag) => self.bucket.put_if_match(&key, body, &etag).await,
-                Fetched::Record(record, etag) => {
+                Fetched::Absent | Fetched::Unparseable => Decision::Write(body),
+                Fetched::Record(record, _)
                     if record.held
-                        && record.node == self.me
-                        && record.incarnation == mine.incarnation
-                    {
-                        // Ours already (a release that failed): rewritten,
-                        // so the etag changes and a leftover release racing
-                        // this acquire (conditional on the old one) fails.
-                        self.bucket.put_if_match(&key, body, &etag).await
-                    } else {
-                        match self.hold_status(&record).await? {
-                            HoldStatus::Valid => {
-                                return Ok(AcquireOutcome::HeldBy { node: record.node });
-                            }
-                            HoldStatus::Expired | HoldStatus::Unknown => {
-                                self.bucket.put_if_match(&key, body, &etag).await
-                            }
-                        }
-                    }
+                        && record.node == this.me
+                        && record.incarnation == mine.incarnation =>
+                {
+                    // Ours already (a release that failed): rewritten, so
+                    // the etag changes and a leftover release racing this
+                    // acquire (conditional on the old one) fails.
+                    Decision::Write(body)
                 }
-            };
-            match written {
-                Ok(meta) => return Ok(AcquireOutcome::Acquired { etag: meta.etag }),
-                Err(
-                    wasmkeep_bucket::Error::Conflict { .. }
-                    | wasmkeep_bucket::Error::NotFound { .. },
-                ) => {
-                    continue;
-                }
-                Err(wasmkeep_bucket::Error::OutcomeUnknown { .. }) => {
-                    // Re-read: the write may have applied.
+                Fetched::Record(record, _) => match this.hold_status(&record).await? {
+                    HoldStatus::Valid => Decision::Leave(record.node),
+                    HoldStatus::Expired | HoldStatus::Unknown => Decision::Write(body),
+                },
+            })
+        };
+        let create_first = self.create_first.load(Ordering::Relaxed);
+        // An attempt that only learned that the record exists is not counted.
+        let mut attempts_left = ACQUIRE_ATTEMPTS_MAX + u32::from(create_first);
+        // The first attempt may skip the read: a record that exists makes
+        // the put-if-absent a conflict, and the next attempt reads.
+        let mut start = if create_first {
+            Start::Blind
+        } else {
+            Start::Read
+        };
+        while attempts_left > 0 {
+            let updated = record
+                .update_with(attempts_left, start, &mut prepare, &mut decide)
+                .await?;
+            match updated {
+                Updated::Written(etag) => return Ok(AcquireOutcome::Acquired { etag }),
+                Updated::Left(node) => return Ok(AcquireOutcome::HeldBy { node }),
+                Updated::Unknown {
+                    attempts, bytes, ..
+                } => {
+                    // Re-read: the write may have applied. Its nonce, in the
+                    // bytes it put, tells ours from another's.
+                    let nonce = bytes
+                        .as_deref()
+                        .and_then(|b| std::str::from_utf8(b).ok())
+                        .and_then(OwnershipRecord::parse)
+                        .map(|mine| mine.nonce);
                     if let Some((record, etag)) = self.read(actor).await?
-                        && record.nonce == mine.nonce
+                        && Some(record.nonce) == nonce
                     {
                         return Ok(AcquireOutcome::Acquired { etag });
                     }
-                    continue;
+                    attempts_left -= attempts;
+                    start = Start::Read;
                 }
-                Err(err) => return Err(err.into()),
+                Updated::Contended { .. } => break,
+                Updated::Deleted => unreachable!("an acquire never decides to delete"),
             }
         }
         Err(Error::Bucket(wasmkeep_bucket::Error::Unavailable {
@@ -341,7 +338,8 @@ impl Ownership {
         key: &str,
         etag: &Etag,
     ) -> Result<(), ReleaseRetry> {
-        let outcome = match self.bucket.delete_if_match(key, etag).await {
+        let record = Fenced::new(&*self.bucket, key);
+        let outcome = match record.delete_if_match(etag).await {
             Err(wasmkeep_bucket::Error::Unsupported(_)) => {
                 self.create_first.store(false, Ordering::Relaxed);
                 let released = OwnershipRecord {
@@ -350,19 +348,16 @@ impl Ownership {
                     held: false,
                     nonce: self.random.token_hex(8),
                 };
-                self.bucket
-                    .put_if_match(key, Bytes::from(released.to_text()), etag)
+                record
+                    .replace(etag, Bytes::from(released.to_text()))
                     .await
-                    .map(|_| ())
+                    .map(|written| written.map(|_| ()))
             }
             other => other,
         };
         match outcome {
-            Ok(()) | Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(()),
-            Err(
-                wasmkeep_bucket::Error::Conflict { .. }
-                | wasmkeep_bucket::Error::OutcomeUnknown { .. },
-            ) => {
+            Ok(Outcome::Done(()) | Outcome::Gone) => Ok(()),
+            Ok(Outcome::Conflict | Outcome::Unknown(_)) => {
                 // Re-read: released already, taken by someone else, or still ours
                 // under another etag (a lost reply).
                 match self.read(actor).await {
@@ -385,8 +380,29 @@ impl Ownership {
 /// What one read of an ownership record found.
 enum Fetched {
     Absent,
-    Unparseable(Etag),
+    /// Replaced by an acquire (on the etag its read saw).
+    Unparseable,
     Record(OwnershipRecord, Etag),
+}
+
+impl Fetched {
+    /// Parses what a read of the record at `key` returned. A record that
+    /// does not parse is logged: no valid node wrote it.
+    fn of(key: &str, current: Option<Versioned<Bytes>>) -> Self {
+        let Some(current) = current else {
+            return Fetched::Absent;
+        };
+        match std::str::from_utf8(&current.value)
+            .ok()
+            .and_then(OwnershipRecord::parse)
+        {
+            Some(record) => Fetched::Record(record, current.etag),
+            None => {
+                tracing::warn!(key, "ownership record does not parse; treating it as free");
+                Fetched::Unparseable
+            }
+        }
+    }
 }
 
 enum ReleaseRetry {
@@ -397,9 +413,10 @@ enum ReleaseRetry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{Meddling, Recorder};
     use crate::{SeededRandom, SystemClock};
     use std::collections::BTreeSet;
-    use wasmkeep_bucket::MemoryBucket;
+    use wasmkeep_bucket::{Fault, MemoryBucket};
     use wasmkeep_types::AppName;
     use wasmkeep_types::heartbeat::{ClassesServed, DrainState, Heartbeat, NodeState};
 
@@ -692,6 +709,196 @@ mod tests {
             (bucket.owner_reads(), bucket.owner_writes()),
             (reads + 2, writes + 2),
             "a read before each write, and no write that fails"
+        );
+    }
+
+    // The tests below pin the bucket requests of ownership records, call
+    // for call: the simulation's digests see every one of them, so a
+    // reshaping of this code must leave these lines as they are.
+
+    /// Nodes `a` and `b` beating on a recording bucket, the log emptied.
+    async fn recorded(conditional_delete: bool) -> (Arc<Recorder>, Node, Node) {
+        let bucket = Arc::new(Recorder::over(MemoryBucket::new(), conditional_delete));
+        let (a, b) = Node::two_beating(bucket.clone()).await;
+        bucket.take();
+        (bucket, a, b)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acquires_and_releases_make_the_same_requests_call_for_call() {
+        let (bucket, a, b) = recorded(true).await;
+        let x = actor();
+        // Free: written unread. Held: b's write conflicts, b reads the
+        // record and a's heartbeat.
+        let etag = a.acquired(&x).await;
+        assert!(matches!(
+            b.ownership.acquire(&x).await.unwrap(),
+            AcquireOutcome::HeldBy { .. }
+        ));
+        // Released with a conditional delete, then acquired by b.
+        assert_eq!(a.ownership.release(&x, &etag).await, LeaseReturn::Released);
+        let etag = b.acquired(&x).await;
+        // b acquires again what it holds: rewritten on its etag.
+        b.acquired(&x).await;
+        // A release on a stale etag: read back, still b's, released again.
+        assert_eq!(b.ownership.release(&x, &etag).await, LeaseReturn::Released);
+        // A lost reply to an acquire: read back, and ours.
+        bucket.inner.faults().push(Fault::ReplyLost);
+        let etag = a.acquired(&x).await;
+        // A lost reply to a release: read back, gone.
+        bucket.inner.faults().push(Fault::ReplyLost);
+        assert_eq!(a.ownership.release(&x, &etag).await, LeaseReturn::Released);
+        // An expired hold is taken over: a stops beating.
+        a.acquired(&x).await;
+        for _ in 0..5 {
+            tokio::time::advance(Duration::from_secs(3)).await;
+            b.beat().await;
+        }
+        assert!(matches!(
+            b.ownership.acquire(&x).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+        // The leftovers' path: read, then one conditional release.
+        let left = b.ownership.leftover_hold(&x).await.unwrap();
+        let left = left.expect("b holds x");
+        assert!(b.ownership.release_leftover(&x, &left).await);
+        assert_eq!(b.ownership.holder(&x).await.unwrap(), None);
+        // An unavailable bucket: an acquire fails at once.
+        bucket.inner.faults().push(Fault::Unavailable);
+        assert!(matches!(
+            b.ownership.acquire(&x).await,
+            Err(Error::Bucket(wasmkeep_bucket::Error::Unavailable { .. }))
+        ));
+        let log: Vec<String> = bucket
+            .take()
+            .into_iter()
+            .filter(|line| !line.contains(" nodes/b "))
+            .collect();
+        assert_eq!(
+            log,
+            [
+                "put_if_absent owners/t/counter/61 #a09c52aa -> ok",
+                "put_if_absent owners/t/counter/61 #32cc8dc6 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "get nodes/a -> ok",
+                "delete_if_match owners/t/counter/61 if m3 -> ok",
+                "put_if_absent owners/t/counter/61 #66df2c31 -> ok",
+                "put_if_absent owners/t/counter/61 #da5bcf33 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m4 #135001f7 -> ok",
+                "delete_if_match owners/t/counter/61 if m4 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "delete_if_match owners/t/counter/61 if m5 -> ok",
+                "put_if_absent owners/t/counter/61 #c074afb0 -> unknown",
+                "get owners/t/counter/61 -> ok",
+                "delete_if_match owners/t/counter/61 if m6 -> unknown",
+                "get owners/t/counter/61 -> not found",
+                "put_if_absent owners/t/counter/61 #b73d12f0 -> ok",
+                "put_if_absent owners/t/counter/61 #a9d70791 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "get nodes/a -> ok",
+                "put_if_match owners/t/counter/61 if m7 #9d953905 -> ok",
+                "get owners/t/counter/61 -> ok",
+                "delete_if_match owners/t/counter/61 if m13 -> ok",
+                "get owners/t/counter/61 -> not found",
+                "put_if_absent owners/t/counter/61 #337fb2bb -> unavailable",
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_conditional_deletes_a_release_writes_a_released_record() {
+        let (bucket, a, b) = recorded(false).await;
+        let x = actor();
+        let etag = a.acquired(&x).await;
+        assert_eq!(a.ownership.release(&x, &etag).await, LeaseReturn::Released);
+        // a has learned to read first; b has not yet.
+        let etag = b.acquired(&x).await;
+        assert_eq!(b.ownership.release(&x, &etag).await, LeaseReturn::Released);
+        a.acquired(&x).await;
+        assert_eq!(
+            bucket.take(),
+            [
+                "put_if_absent owners/t/counter/61 #a09c52aa -> ok",
+                "delete_if_match owners/t/counter/61 if m3 -> unsupported",
+                "put_if_match owners/t/counter/61 if m3 #98f82960 -> ok",
+                "put_if_absent owners/t/counter/61 #32cc8dc6 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m4 #6cc24671 -> ok",
+                "delete_if_match owners/t/counter/61 if m5 -> unsupported",
+                "put_if_match owners/t/counter/61 if m5 #e46140dd -> ok",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m6 #b73d12f0 -> ok",
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acquire_that_keeps_losing_its_race_gives_up_after_its_attempts() {
+        let (bucket, a, _b) = recorded(true).await;
+        let x = actor();
+        let owner = a.keys.owner(&x);
+        // Another writer rewrites the record before each of a's writes.
+        let mut n = 0;
+        bucket.meddle(Some(Box::new(move |op, key| {
+            (op.starts_with("put") && key == owner).then(|| {
+                n += 1;
+                Meddling::Put(owner.clone(), Bytes::from(format!("garbage {n}")))
+            })
+        })));
+        let acquired = a.ownership.acquire(&x).await;
+        assert!(
+            matches!(
+                &acquired,
+                Err(Error::Bucket(wasmkeep_bucket::Error::Unavailable { reason, .. }))
+                    if reason == "the ownership record kept changing"
+            ),
+            "{acquired:?}"
+        );
+        assert_eq!(
+            bucket.take(),
+            [
+                "put_if_absent owners/t/counter/61 #a09c52aa -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m3 #c074afb0 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m4 #b73d12f0 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m5 #c8ec7da4 -> conflict",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m6 #a28154c1 -> conflict",
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_reply_under_another_writers_record_counts_as_an_attempt() {
+        let (bucket, a, _b) = recorded(true).await;
+        let x = actor();
+        let owner = a.keys.owner(&x);
+        // a's first write applies but its reply is lost, and another writer
+        // replaces it before a reads it back.
+        bucket.inner.faults().push(Fault::ReplyLost);
+        let mut reads = 0;
+        bucket.meddle(Some(Box::new(move |op, key| {
+            if op != "get" || key != owner {
+                return None;
+            }
+            reads += 1;
+            (reads == 1).then(|| Meddling::Put(owner.clone(), Bytes::from_static(b"not a record")))
+        })));
+        assert!(matches!(
+            a.ownership.acquire(&x).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+        assert_eq!(
+            bucket.take(),
+            [
+                "put_if_absent owners/t/counter/61 #a09c52aa -> unknown",
+                "get owners/t/counter/61 -> ok",
+                "get owners/t/counter/61 -> ok",
+                "put_if_match owners/t/counter/61 if m4 #c074afb0 -> ok",
+            ]
         );
     }
 

@@ -17,7 +17,8 @@ use wasmkeep_types::{ActorId, Keys};
 
 use crate::page::PageData;
 use crate::record::{self, Header, Kind};
-use crate::store::{FailureKind, Haste, delete_all, put_settled};
+use crate::store::FailureKind;
+use crate::store::write::{Haste, delete_all, put_settled};
 use crate::{Error, Result, StoreConfig, WriterId};
 
 /// Fences tried while a former holder keeps extending the log (each of its
