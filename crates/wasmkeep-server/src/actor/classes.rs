@@ -9,6 +9,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use wasmkeep_bucket::Bucket;
+use wasmkeep_cluster::{Fenced, Outcome};
 use wasmkeep_runtime::Runtime;
 use wasmkeep_types::{ClassName, Keys};
 
@@ -67,10 +68,12 @@ pub async fn deploy_with(
         )));
     }
     let key = keys.class_component(class, &digest);
-    match bucket.put_if_absent(&key, Bytes::from(bytes)).await {
-        // The same bytes were deployed before: the stored copy is identical.
-        Ok(_) | Err(wasmkeep_bucket::Error::Conflict { .. }) => {}
-        Err(e) => return Err(e.into()),
+    match Fenced::new(bucket, &key).create(Bytes::from(bytes)).await? {
+        // The same bytes were deployed before: the stored copy is identical
+        // (its key is their digest).
+        Outcome::Done(_) | Outcome::Conflict => {}
+        Outcome::Unknown(e) => return Err(e.into()),
+        Outcome::Gone => return Err(wasmkeep_bucket::Error::NotFound { key }.into()),
     }
     bucket
         .put(&keys.class_current(class), Bytes::from(digest.clone()))

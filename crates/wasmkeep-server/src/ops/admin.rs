@@ -15,6 +15,7 @@ use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use wasmkeep_bucket::Bucket;
+use wasmkeep_cluster::{Fenced, Outcome};
 use wasmkeep_types::{AppName, Keys, TenantName};
 
 use crate::actor::secrets::{self, SECRET_VALUE_BYTES_MAX};
@@ -189,15 +190,23 @@ async fn keygen(identity_file: &Path, force: bool, target: &Target) -> anyhow::R
     let recipient = identity.to_public();
     write_new_private_file(identity_file, &secrets::identity_file_text(&identity))?;
     let stored = match existing {
-        Some(_) => {
-            bucket
-                .put(&keys.recipient(), Bytes::from(format!("{recipient}\n")))
-                .await
-        }
+        Some(_) => bucket
+            .put(&keys.recipient(), Bytes::from(format!("{recipient}\n")))
+            .await
+            .map(|meta| meta.etag),
+        // Created only if still absent: two keygens at once do not both
+        // think they set the app's recipient.
         None => {
-            bucket
-                .put_if_absent(&keys.recipient(), Bytes::from(format!("{recipient}\n")))
+            let key = keys.recipient();
+            match Fenced::new(&*bucket, &key)
+                .create(Bytes::from(format!("{recipient}\n")))
                 .await
+            {
+                Ok(Outcome::Done(etag)) => Ok(etag),
+                Ok(Outcome::Conflict) => Err(wasmkeep_bucket::Error::Conflict { key }),
+                Ok(Outcome::Gone) => Err(wasmkeep_bucket::Error::NotFound { key }),
+                Ok(Outcome::Unknown(e)) | Err(e) => Err(e),
+            }
         }
     };
     if let Err(e) = stored {
@@ -341,16 +350,24 @@ async fn token_create(tenant: &str, target: &Target) -> anyhow::Result<()> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    bucket
-        .put_if_absent(
-            &keys.tenant_token(&tenant, &digest),
-            Bytes::from(format!(
-                "{}\ncreated_s {created_s}\n",
-                tenants::TOKEN_OBJECT_HEADER
-            )),
-        )
+    let key = keys.tenant_token(&tenant, &digest);
+    let stored = Fenced::new(&*bucket, &key)
+        .create(Bytes::from(format!(
+            "{}\ncreated_s {created_s}\n",
+            tenants::TOKEN_OBJECT_HEADER
+        )))
         .await
         .context("storing the token's hash")?;
+    match stored {
+        Outcome::Done(_) => {}
+        // A fresh token's digest is never there before: a conflict (or a
+        // lost reply) is told, not taken for success.
+        Outcome::Conflict => bail!("storing the token's hash: {key} already exists"),
+        Outcome::Gone => bail!("storing the token's hash: the bucket answered not found"),
+        Outcome::Unknown(e) => {
+            return Err(e).context("storing the token's hash (it may have been stored)");
+        }
+    }
     eprintln!(
         "wasmkeep: token {} created for tenant {tenant} of app {app}; it is shown only now: send it as `Authorization: Bearer <token>`",
         tenants::token_id(&digest)
