@@ -6,6 +6,7 @@
 //! own traits, so the simulation can replace the network.
 
 pub mod client;
+pub mod stream;
 pub mod tls;
 
 pub use client::{PeerCall, PeerClient};

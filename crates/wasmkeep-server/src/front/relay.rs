@@ -30,8 +30,7 @@ use crate::{Error, Result};
 /// Longest the connection and handshake to the holder may take.
 const RELAY_CONNECT_TIME_MAX: Duration = Duration::from_secs(10);
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+use wasmkeep_transport::stream::PeerIo;
 
 /// How a relay ended, when it did not fail.
 pub enum Relayed {
@@ -171,52 +170,19 @@ async fn connect(
     config: WebSocketConfig,
 ) -> std::result::Result<
     (
-        WebSocketStream<Box<dyn Io>>,
+        WebSocketStream<Box<dyn PeerIo>>,
         Option<hyper::header::HeaderValue>,
     ),
     RelayError,
 > {
     let failed = |what: &str, e: &dyn std::fmt::Display| RelayError::Failed(format!("{what}: {e}"));
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| failed(&format!("peer URL {url:?}"), &e))?;
-    let tls = match uri.scheme_str() {
-        Some("https") => true,
-        Some("http") => false,
-        _ => {
-            return Err(RelayError::Failed(format!(
-                "peer URL {url:?} is neither http nor https"
-            )));
-        }
-    };
-    let host = uri
-        .host()
-        .ok_or_else(|| RelayError::Failed(format!("peer URL {url:?} has no host")))?
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let authority = uri
-        .authority()
-        .map(|a| a.as_str().to_owned())
-        .unwrap_or_else(|| format!("{host}:{port}"));
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+    let wasmkeep_transport::stream::PeerStream {
+        io: stream,
+        authority,
+        secure: tls,
+    } = wasmkeep_transport::stream::connect(url, &node.tls_client)
         .await
-        .map_err(|e| failed("connecting", &e))?;
-    let _ = tcp.set_nodelay(true);
-    let stream: Box<dyn Io> = if tls {
-        let name = rustls::pki_types::ServerName::try_from(host.clone())
-            .map_err(|e| failed("peer host name", &e))?;
-        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&node.tls_client));
-        Box::new(
-            connector
-                .connect(name, tcp)
-                .await
-                .map_err(|e| failed("TLS handshake", &e))?,
-        )
-    } else {
-        Box::new(tcp)
-    };
+        .map_err(|e| RelayError::Failed(e.to_string()))?;
     let scheme = if tls { "wss" } else { "ws" };
     let target = if query.is_empty() {
         format!("{scheme}://{authority}{path}")
