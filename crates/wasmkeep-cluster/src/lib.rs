@@ -15,6 +15,7 @@ pub mod inspect;
 pub mod lease;
 pub mod ownership;
 pub mod peers;
+pub mod placement;
 pub mod planted;
 pub mod signing;
 #[cfg(any(test, feature = "testing"))]

@@ -24,8 +24,10 @@ pub mod error;
 pub mod front;
 pub mod node;
 pub mod ops;
+pub mod parts;
 pub mod peering;
-pub mod signal;
+pub mod routing;
+pub mod wait_cell;
 
 pub use config::{Limits, NodeConfig};
 pub use error::{Error, Result};

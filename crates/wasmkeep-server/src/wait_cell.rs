@@ -1,4 +1,4 @@
-//! [`Signal`]: a value that tasks wait on until it meets a condition. Its
+//! [`WaitCell`]: a value that tasks wait on until it meets a condition. Its
 //! waiters are woken in the order they began waiting: tokio's `watch` wakes
 //! several waiters in an order drawn from tokio's own random generator,
 //! which makes two runs of one simulated seed differ (ADR 0006). Used where
@@ -8,12 +8,12 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 #[derive(Debug)]
-pub struct Signal<T> {
+pub struct WaitCell<T> {
     value: Mutex<T>,
     changed: Notify,
 }
 
-impl<T: Clone> Signal<T> {
+impl<T: Clone> WaitCell<T> {
     pub fn new(value: T) -> Self {
         Self {
             value: Mutex::new(value),
@@ -57,7 +57,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiters_see_the_value_that_meets_their_condition() {
-        let signal = Arc::new(Signal::new(0));
+        let signal = Arc::new(WaitCell::new(0));
         let waiter = {
             let signal = Arc::clone(&signal);
             tokio::spawn(async move { signal.wait_for(|v| *v >= 2).await })

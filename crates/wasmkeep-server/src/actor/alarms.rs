@@ -251,6 +251,28 @@ impl AlarmTimer {
     }
 }
 
+/// The alarm timer as a part of the node (`crate::parts`): calls `deliver`
+/// for each due alarm until shutdown.
+pub(crate) struct TimerPart<F> {
+    timer: Arc<AlarmTimer>,
+    deliver: F,
+}
+
+impl<F: Fn(Fire) + Send + 'static> TimerPart<F> {
+    pub(crate) fn new(timer: Arc<AlarmTimer>, deliver: F) -> Self {
+        Self { timer, deliver }
+    }
+}
+
+impl<F: Fn(Fire) + Send + 'static> crate::parts::Part for TimerPart<F> {
+    const NAME: &'static str = "alarm-timer";
+    const NEEDED: bool = true;
+
+    fn run(self, shutdown: watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send {
+        self.timer.run(self.deliver, shutdown)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

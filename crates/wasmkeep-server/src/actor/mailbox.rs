@@ -19,6 +19,7 @@ use crate::actor::alarms::{Fire, retry_delay};
 use crate::actor::erase::delete_data;
 use crate::actor::guest::GuestInstance;
 use crate::actor::host::{NodeHost, Outgoing};
+pub(crate) use crate::actor::orders::{DeleteOrder, MoveOrder, MoveOutcome, MoveReply};
 use crate::node::{Activation, Node, Stub};
 use crate::{Error, Result};
 
@@ -70,45 +71,8 @@ pub(crate) enum Job {
     Delete(Box<dyn DeleteOrder>),
 }
 
-/// What the move job in the actor's mailbox reports.
-#[derive(Debug)]
-pub(crate) enum MoveOutcome {
-    /// Handed over and released; the committed alarm it had.
-    Released { alarm: Option<i64> },
-    /// Kept: a socket is open (or the alarm could not be read).
-    Busy(&'static str),
-    /// Handed over, but the ownership record could not be released within
-    /// one lease TTL: it expires with this node's lease.
-    ReleaseFailed,
-    /// This attempt was given up before the job ran.
-    Abandoned,
-}
-
-pub(crate) type MoveReply = oneshot::Sender<MoveOutcome>;
-
-/// A move of the actor as its mailbox sees it (ADR 0017); the move itself
-/// (keys, the take call) is `peering::moves`'s, which implements this.
-pub(crate) trait MoveOrder: Send + Sync {
-    /// Whether this attempt is still the move under way when the job runs.
-    fn is_current(&self, node: &Node, actor: &ActorId) -> bool;
-    /// Forgets the move (only the planted bug `hibernate_after_release`).
-    fn forget(&self, node: &Node, actor: &ActorId);
-}
-
-/// A delete of the actor as its mailbox sees it (ADR 0055); the request
-/// itself (the delete key) is `peering::deletes`'s, which implements this.
-#[async_trait::async_trait]
-pub(crate) trait DeleteOrder: Send + Sync {
-    /// Whether the request still stands: a pass that listed the key before
-    /// an earlier deletion removed it must not delete the new actor's writes.
-    async fn stands(&self, node: &Node, actor: &ActorId) -> bool;
-    /// The actor's data is gone (called while the record still names this
-    /// node, before its release).
-    async fn done(&self, node: &Node, actor: &ActorId);
-}
-
 /// A finished event waiting for its output gate.
-struct Release {
+struct Delivery {
     gate: OutputGate,
     reply: Option<(Reply, Response)>,
     sends: Vec<(u64, Outgoing)>,
@@ -120,12 +84,12 @@ struct Active {
     /// The etag of this node's ownership record, needed to release it.
     hold: Etag,
     /// Boxed: a channel allocates its first block of 32 slots up front, and
-    /// a slot the size of a `Release` would cost every resident actor ~5 KiB.
-    release_tx: mpsc::Sender<Box<Release>>,
-    releaser: tokio::task::JoinHandle<()>,
-    /// Releases sent to the releaser and not yet delivered: while none
+    /// a slot the size of a `Delivery` would cost every resident actor ~5 KiB.
+    delivery_tx: mpsc::Sender<Box<Delivery>>,
+    deliverer: tokio::task::JoinHandle<()>,
+    /// Deliveries sent to the deliverer and not yet delivered: while none
     /// are, an event whose gate is open is delivered by the mailbox itself.
-    releasing: Arc<AtomicUsize>,
+    delivering: Arc<AtomicUsize>,
     /// Set when the actor leaves for a move: told how the hand-over went.
     move_reply: Option<(MoveReply, Box<dyn MoveOrder>)>,
     /// Set when the actor leaves to be deleted: told once its data is gone.
@@ -189,13 +153,13 @@ pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver
                     }
                 }
             };
-            let released = node.begin_release(&stub, false, true);
+            let released = node.begin_leaving(&stub, false, true);
             stub.activation.set(outcome);
             rx.close();
             while let Ok(job) = rx.try_recv() {
                 fail_job(&node, *job, &e);
             }
-            node.end_release(&stub, released);
+            node.end_leaving(&stub, released);
             return;
         }
     };
@@ -272,22 +236,22 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
     if let Some(at_ms) = alarm {
         node.timer.follow(actor, Some(at_ms));
     }
-    let (release_tx, release_rx) = mpsc::channel(node.config.limits.mailbox_events_max);
-    let releasing = Arc::new(AtomicUsize::new(0));
-    let releaser = tokio::spawn(releaser(
+    let (delivery_tx, delivery_rx) = mpsc::channel(node.config.limits.mailbox_events_max);
+    let delivering = Arc::new(AtomicUsize::new(0));
+    let deliverer = tokio::spawn(deliverer(
         Arc::clone(node),
         Arc::clone(stub),
-        release_rx,
-        Arc::clone(&releasing),
+        delivery_rx,
+        Arc::clone(&delivering),
     ));
     node.metrics.activations.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(%actor, "activated");
     Ok(Active {
         instance,
         hold,
-        release_tx,
-        releaser,
-        releasing,
+        delivery_tx,
+        deliverer,
+        delivering,
         move_reply: None,
         delete_order: None,
         jobs_run: 0,
@@ -333,24 +297,24 @@ fn fail_job(node: &Arc<Node>, job: Job, error: &Error) {
 /// Releases responses and socket writes in event order, each once its
 /// output gate opens. A task of its own: delivering from the store's
 /// flusher instead cost S3 ~10 % more CPU per request (ADR 0043).
-async fn releaser(
+async fn deliverer(
     node: Arc<Node>,
     stub: Arc<Stub>,
-    mut rx: mpsc::Receiver<Box<Release>>,
-    releasing: Arc<AtomicUsize>,
+    mut rx: mpsc::Receiver<Box<Delivery>>,
+    delivering: Arc<AtomicUsize>,
 ) {
-    while let Some(mut release) = rx.recv().await {
-        let durable = (&mut release.gate).await;
-        deliver(&node, &stub, *release, durable);
+    while let Some(mut delivery) = rx.recv().await {
+        let durable = (&mut delivery.gate).await;
+        deliver(&node, &stub, *delivery, durable);
         // After the delivery: the mailbox delivers an open event itself
         // only once every earlier one is out.
-        releasing.fetch_sub(1, Ordering::Release);
+        delivering.fetch_sub(1, Ordering::Release);
     }
 }
 
 /// Sends an event's response and socket messages once its gate opened
 /// (`durable`), or fails them and drops the actor.
-fn deliver(node: &Node, stub: &Stub, release: Release, durable: wasmkeep_store::Result<()>) {
+fn deliver(node: &Node, stub: &Stub, delivery: Delivery, durable: wasmkeep_store::Result<()>) {
     // A record that became durable only after this node's lease ran out
     // may have landed after another node took the actor over and
     // restored it without that record (the store fences a late record
@@ -372,9 +336,9 @@ fn deliver(node: &Node, stub: &Stub, release: Release, durable: wasmkeep_store::
     };
     match durable {
         Ok(()) => {
-            if !release.sends.is_empty() {
+            if !delivery.sends.is_empty() {
                 let sockets = stub.sockets.lock();
-                for (id, out) in release.sends {
+                for (id, out) in delivery.sends {
                     if let Some(entry) = sockets.sockets.get(&id)
                         && entry.tx.try_send(out).is_err()
                     {
@@ -382,13 +346,13 @@ fn deliver(node: &Node, stub: &Stub, release: Release, durable: wasmkeep_store::
                     }
                 }
             }
-            if let Some((reply, response)) = release.reply {
+            if let Some((reply, response)) = delivery.reply {
                 let _ = reply.send(Ok(response));
             }
         }
         Err(e) => {
             tracing::warn!(actor = %stub.id, error = %e, "output gate failed; dropping the actor");
-            if let Some((reply, _)) = release.reply {
+            if let Some((reply, _)) = delivery.reply {
                 let _ = reply.send(Err(Error::unavailable(format!(
                     "the write was not acknowledged: {e}"
                 ))));
@@ -398,7 +362,7 @@ fn deliver(node: &Node, stub: &Stub, release: Release, durable: wasmkeep_store::
     }
     node.metrics
         .event_latency
-        .observe(release.started.elapsed());
+        .observe(delivery.started.elapsed());
 }
 
 /// Switches to the newest loaded version of the class at an event boundary.
@@ -572,7 +536,7 @@ async fn commit(
             if alarm_after != alarm_before {
                 node.timer.follow(&stub.id, alarm_after);
             }
-            let release = Release {
+            let delivery = Delivery {
                 gate,
                 reply,
                 sends,
@@ -580,14 +544,14 @@ async fn commit(
             };
             // An event that wrote nothing and saw only durable data, with
             // no earlier event's output still held back: out at once,
-            // without the releaser task in between (WebSocket echoes,
+            // without the deliverer task in between (WebSocket echoes,
             // reads).
-            if release.gate.is_open() && active.releasing.load(Ordering::Acquire) == 0 {
-                deliver(node, stub, release, Ok(()));
+            if delivery.gate.is_open() && active.delivering.load(Ordering::Acquire) == 0 {
+                deliver(node, stub, delivery, Ok(()));
                 return;
             }
-            active.releasing.fetch_add(1, Ordering::Relaxed);
-            if active.release_tx.send(Box::new(release)).await.is_err() {
+            active.delivering.fetch_add(1, Ordering::Relaxed);
+            if active.delivery_tx.send(Box::new(delivery)).await.is_err() {
                 stub.mark_broken();
             }
         }
@@ -751,7 +715,7 @@ async fn hand_over(
     mut active: Active,
     leave: Leave,
 ) -> Option<(mpsc::Receiver<Box<Job>>, Active)> {
-    let released = node.begin_release(stub, leave == Leave::Idle, rx.is_empty());
+    let released = node.begin_leaving(stub, leave == Leave::Idle, rx.is_empty());
     if leave == Leave::Idle && released.is_none() && node.is_live(stub) {
         // Work arrived while we decided: keep serving.
         return Some((rx, active));
@@ -801,15 +765,15 @@ async fn hand_over(
     let Active {
         mut instance,
         hold,
-        release_tx,
-        releaser,
-        releasing: _,
+        delivery_tx,
+        deliverer,
+        delivering: _,
         move_reply,
         delete_order,
         jobs_run: _,
     } = active;
-    drop(release_tx);
-    let _ = releaser.await;
+    drop(delivery_tx);
+    let _ = deliverer.await;
     let deleting = leave == Leave::Delete;
     if deleting {
         // Nothing of the store may write after its data is deleted.
@@ -877,7 +841,7 @@ async fn hand_over(
             order.forget(node, &stub.id);
         }
     }
-    node.end_release(stub, released);
+    node.end_leaving(stub, released);
     if let Some((reply, _)) = move_reply {
         let outcome = match returned {
             LeaseReturn::Released => MoveOutcome::Released { alarm },

@@ -13,4 +13,7 @@ pub(crate) mod erase;
 pub mod guest;
 pub mod host;
 pub(crate) mod mailbox;
+pub(crate) mod orders;
+pub mod residents;
 pub mod secrets;
+pub(crate) mod upkeep;

@@ -259,6 +259,9 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
                     "the node is not serving (starting, stopping, or its lease is not valid)",
                 ));
             }
+            if let Some(why) = node.parts.unhealthy() {
+                return Err(Error::unavailable(why));
+            }
             return Ok(text(200, "text/plain", "ok\n"));
         }
         Route::Metrics => {

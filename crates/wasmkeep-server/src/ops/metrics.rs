@@ -68,6 +68,8 @@ pub struct Metrics {
     pub activations: AtomicU64,
     pub activation_failures: AtomicU64,
     pub mailbox_panics: AtomicU64,
+    /// Long-running parts of the node that panicked (`crate::parts`).
+    pub part_panics: AtomicU64,
     pub actors_deleted: AtomicU64,
     pub hibernations: AtomicU64,
     pub instance_unloads: AtomicU64,
@@ -145,7 +147,7 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 27] = [
+        let counters: [(&str, &str, u64); 28] = [
             (
                 "wasmkeep_forwarded_requests_total",
                 "Requests and calls forwarded to the node that holds the actor.",
@@ -215,6 +217,11 @@ impl Metrics {
                 "wasmkeep_mailbox_panics_total",
                 "Actor mailboxes that panicked (a wasmkeep bug; the actor was activated afresh at its next event).",
                 load(&self.mailbox_panics),
+            ),
+            (
+                "wasmkeep_part_panics_total",
+                "Long-running parts of the node (heartbeat, alarm timer, upkeep) that panicked and stopped (a wasmkeep bug; the health answer turns 503).",
+                load(&self.part_panics),
             ),
             (
                 "wasmkeep_actors_deleted_total",

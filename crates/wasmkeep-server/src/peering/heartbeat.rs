@@ -161,6 +161,32 @@ pub async fn resign(node: &Node, deadline: tokio::time::Instant) {
     }
 }
 
+/// The heartbeat as a part of the node (`crate::parts`): runs
+/// [`heartbeat_loop`]. It ends when the lease is resigned, not at the
+/// shutdown signal: a node that shuts down keeps renewing while its actors
+/// are handed over.
+pub(crate) struct HeartbeatPart {
+    node: Arc<Node>,
+}
+
+impl HeartbeatPart {
+    pub(crate) fn new(node: Arc<Node>) -> Self {
+        Self { node }
+    }
+}
+
+impl crate::parts::Part for HeartbeatPart {
+    const NAME: &'static str = "heartbeat";
+    const NEEDED: bool = true;
+
+    fn run(
+        self,
+        _shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        heartbeat_loop(self.node)
+    }
+}
+
 /// The heartbeat: every period, renew the lease, then refresh the peers.
 /// A lease that lapsed (the bucket unreachable for longer than the TTL)
 /// makes the node drop every actor without releasing, rejoin with a new
