@@ -23,6 +23,17 @@ const DRAIN_WAIT_POLL: Duration = Duration::from_millis(250);
 /// Body of a drain key (its presence is what counts).
 const DRAIN_KEY_BODY: &[u8] = b"wasmkeep-drain 1\n";
 
+/// Body of a control key (`move`, `delete`); the key names the actor (and
+/// the target). The time makes two writes of one key differ (their ETags
+/// too).
+fn control_key_body(kind: &str) -> bytes::Bytes {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    bytes::Bytes::from(format!("wasmkeep-{kind} 1\n{now_ms}\n"))
+}
+
 pub(super) async fn node_drain(
     node: &str,
     wait: bool,
@@ -109,17 +120,6 @@ async fn write_drain_key(
         }
         tokio::time::sleep(DRAIN_WAIT_POLL).await;
     }
-}
-
-/// Body of a control key (`move`, `delete`); the key names the actor (and
-/// the target). The time makes two writes of one key differ (their ETags
-/// too).
-fn control_key_body(kind: &str) -> bytes::Bytes {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    bytes::Bytes::from(format!("wasmkeep-{kind} 1\n{now_ms}\n"))
 }
 
 /// The actor of an operator command, which must have something in the
