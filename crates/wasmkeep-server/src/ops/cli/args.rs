@@ -1,0 +1,330 @@
+//! The command line's shape: the clap structs and enums of every command
+//! and flag (with the environment variable each flag reads), and
+//! `parse_duration` for the flags that take a time. It never reads a
+//! config file, checks a value beyond its type, or touches a bucket.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "wasmkeep",
+    version,
+    about = "Durable actors as WebAssembly components, kept in one bucket."
+)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, env = "WASMKEEP_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// One node with a bucket in a local folder; deploys the given
+    /// components (CLASS=path.wasm), or the bundled examples.
+    Dev(DevArgs),
+    /// One cluster node.
+    Serve(ServeArgs),
+    /// Validates a component and makes it the class's current version.
+    Deploy(DeployArgs),
+    /// Nodes of an app, as their heartbeats say.
+    #[command(subcommand)]
+    Node(NodeCommand),
+    /// Actors of an app, as the bucket says.
+    #[command(subcommand)]
+    Actor(ActorCommand),
+    /// The app's secrets (ADR 0016).
+    #[command(subcommand)]
+    Secret(crate::ops::admin::SecretCommand),
+    /// Tenants' bearer tokens.
+    #[command(subcommand)]
+    Tenant(crate::ops::admin::TenantCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Every node with a heartbeat: id, address, state, drain, capabilities,
+    /// resident actors, heartbeat age.
+    List {
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// Asks a node to hand every actor over to its peers (writes
+    /// `control/drain/<node>`; ADR 0014).
+    Drain {
+        /// The node id.
+        node: String,
+        /// Follow the drain on stderr; exit 0 once the node reports `drained`.
+        #[arg(long)]
+        wait: bool,
+        /// Write the key even for an unknown node or the last serving one.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// Withdraws a drain request (deletes `control/drain/<node>`).
+    Undrain {
+        /// The node id.
+        node: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ActorCommand {
+    /// Every actor with data, an ownership record or an alarm.
+    List {
+        /// Only actors whose id starts with this (`TENANT/` or `TENANT/CLASS/`).
+        prefix: Option<String>,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// One actor: owner, hold, alarm, database size.
+    Inspect {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// Moves one actor to a named node now (writes
+    /// `control/move/<tenant>/<class>/<name hex>/<node>`; ADR 0017). It
+    /// does not pin: an idle actor hibernates there and its next event may
+    /// claim it anywhere.
+    Move {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        /// The node that should hold the actor.
+        #[arg(long)]
+        to: String,
+        /// Follow the move on stderr; exit 0 once the target holds the actor,
+        /// non-zero when the move did not happen.
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// Deletes one actor: its database, its alarm and its ownership record
+    /// (writes `control/delete/<tenant>/<class>/<name hex>`; the node that
+    /// holds it, or any node when none does, deletes it at its next
+    /// heartbeat; ADR 0055). Its open WebSockets are closed (1000); its next
+    /// event starts an empty actor.
+    Delete {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        /// Wait until the actor is deleted; exit non-zero if it is not
+        /// within --timeout (the request stays and is carried out later).
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, default_value = "60s")]
+        timeout: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+}
+
+/// Flags of the read-only views.
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    #[arg(long, env = "WASMKEEP_BUCKET")]
+    pub bucket: String,
+    #[arg(long, env = "WASMKEEP_APP", default_value = "default")]
+    pub app: String,
+    /// The cluster's lease TTL, to call heartbeats stale (default 10s).
+    #[arg(long, env = "WASMKEEP_LEASE_TTL", default_value = "10s")]
+    pub lease_ttl: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Components to deploy, as CLASS=path.wasm.
+    pub components: Vec<String>,
+    /// Where the bundled example components are (default: target/wasm next
+    /// to this executable's directory).
+    #[arg(long, env = "WASMKEEP_GUESTS_DIR")]
+    pub guests_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// Flags of a node (`serve`, and `dev` with other defaults).
+#[derive(Debug, Args, Default)]
+pub struct NodeArgs {
+    /// TOML file with any of these flags as keys (e.g. `idle-timeout = "30s"`).
+    #[arg(long, env = "WASMKEEP_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// file:///path, s3://bucket/prefix or memory://.
+    #[arg(long, env = "WASMKEEP_BUCKET")]
+    pub bucket: Option<String>,
+    /// The app whose classes and actors this node serves (default `default`).
+    #[arg(long, env = "WASMKEEP_APP")]
+    pub app: Option<String>,
+    /// This node's stable id (default: the host name; `dev` for `wasmkeep dev`).
+    #[arg(long, env = "WASMKEEP_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Address to listen on, e.g. 127.0.0.1:8787.
+    #[arg(long, env = "WASMKEEP_LISTEN")]
+    pub listen: Option<String>,
+    /// URL other nodes use to reach this one.
+    #[arg(long, env = "WASMKEEP_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Classes served, comma-separated (default: all).
+    #[arg(long, env = "WASMKEEP_CLASSES")]
+    pub classes: Option<String>,
+    /// Heartbeat (and class poll) period, e.g. 3s.
+    #[arg(long, env = "WASMKEEP_HEARTBEAT")]
+    pub heartbeat: Option<String>,
+    /// How long a node lease lasts without renewal (used by the cluster).
+    #[arg(long, env = "WASMKEEP_LEASE_TTL")]
+    pub lease_ttl: Option<String>,
+    /// An actor with no event and no socket for this long hibernates.
+    #[arg(long, env = "WASMKEEP_IDLE_TIMEOUT")]
+    pub idle_timeout: Option<String>,
+    /// An actor with no event for this long drops its guest instance (not its
+    /// data); one activated by a single event drops it when that event is
+    /// done. At or above --idle-timeout, instances are kept while resident.
+    #[arg(long, env = "WASMKEEP_INSTANCE_IDLE_TIMEOUT")]
+    pub instance_idle_timeout: Option<String>,
+    /// Resident actors at most (least recently used idle ones hibernate).
+    #[arg(long, env = "WASMKEEP_MAX_ACTORS")]
+    pub max_actors: Option<String>,
+    /// Period of the scan for due alarms of actors nobody holds.
+    #[arg(long, env = "WASMKEEP_ALARM_SWEEP")]
+    pub alarm_sweep: Option<String>,
+    /// Local scratch directory (compiled-component cache).
+    #[arg(long, env = "WASMKEEP_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// File with the cluster key (at least 32 bytes, or hex); nodes sign
+    /// their calls with it. Without it the node runs alone.
+    #[arg(long, env = "WASMKEEP_CLUSTER_KEY_FILE")]
+    pub cluster_key_file: Option<PathBuf>,
+    /// PEM certificate chain: serve HTTPS.
+    #[arg(long, env = "WASMKEEP_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, env = "WASMKEEP_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM roots that peers' certificates are verified against.
+    #[arg(long, env = "WASMKEEP_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// The app's age identity file (`wasmkeep secret keygen`): guests read
+    /// the app's secrets (ADR 0016).
+    #[arg(long, env = "WASMKEEP_SECRETS_IDENTITY")]
+    pub secrets_identity: Option<PathBuf>,
+    /// Client requests must carry their tenant's bearer token
+    /// (`wasmkeep tenant token create`); `true` or `false`.
+    #[arg(long, env = "WASMKEEP_TENANT_TOKENS")]
+    pub tenant_tokens: Option<String>,
+    /// Longest one event may run before the guest is stopped (default 30s).
+    #[arg(long, env = "WASMKEEP_EVENT_TIME_MAX")]
+    pub event_time_max: Option<String>,
+    /// Largest request body (default 32 MiB).
+    #[arg(long, env = "WASMKEEP_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<String>,
+    /// Longest a connection may take to send a request's head, counted from
+    /// its opening or its previous response; slower or idle connections are
+    /// closed (default 60s).
+    #[arg(long, env = "WASMKEEP_HEADER_TIMEOUT")]
+    pub header_timeout: Option<String>,
+    /// Longest wait for the next part of a request body; a stalled body gets
+    /// 408 (default 60s).
+    #[arg(long, env = "WASMKEEP_BODY_TIMEOUT")]
+    pub body_timeout: Option<String>,
+    /// Longest a write to a client may wait because the client reads
+    /// nothing (a response or WebSocket messages); the connection is then
+    /// closed (default 60s).
+    #[arg(long, env = "WASMKEEP_SEND_TIMEOUT")]
+    pub send_timeout: Option<String>,
+    /// Client connections open at once, WebSockets included; one more is
+    /// answered 503 and closed (default 10000).
+    #[arg(long, env = "WASMKEEP_MAX_CONNECTIONS")]
+    pub max_connections: Option<String>,
+    /// Events waiting in one actor's mailbox before 503 (default 1024).
+    #[arg(long, env = "WASMKEEP_MAX_MAILBOX_EVENTS")]
+    pub max_mailbox_events: Option<String>,
+    /// Largest WebSocket message from a client (default 1 MiB).
+    #[arg(long, env = "WASMKEEP_MAX_SOCKET_MESSAGE_BYTES")]
+    pub max_socket_message_bytes: Option<String>,
+    /// Open WebSockets per actor (default 1000).
+    #[arg(long, env = "WASMKEEP_MAX_SOCKETS_PER_ACTOR")]
+    pub max_sockets_per_actor: Option<String>,
+    /// On SIGTERM, `serve` drains this node (hands every actor to its
+    /// peers) for at most this long before stopping (ADR 0014; default
+    /// 30s); `dev` does not drain.
+    #[arg(long, env = "WASMKEEP_DRAIN_TIMEOUT")]
+    pub drain_timeout: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    pub class: String,
+    pub file: PathBuf,
+    #[arg(long, env = "WASMKEEP_BUCKET")]
+    pub bucket: String,
+    #[arg(long, env = "WASMKEEP_APP", default_value = "default")]
+    pub app: String,
+    #[arg(long, env = "WASMKEEP_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Parses `250ms`, `3s`, `2m`, `1h`; a bare number is seconds.
+pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .with_context(|| format!("duration {text:?} does not start with a number"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => bail!("duration {text:?}: unknown unit {other:?} (use ms, s, m or h)"),
+    };
+    if !seconds.is_finite() || seconds < 0.0 {
+        bail!("duration {text:?} is out of range");
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("3s").expect("3s"), Duration::from_secs(3));
+        assert_eq!(
+            parse_duration("250ms").expect("ms"),
+            Duration::from_millis(250)
+        );
+        assert_eq!(parse_duration("2m").expect("m"), Duration::from_secs(120));
+        assert_eq!(parse_duration("5").expect("bare"), Duration::from_secs(5));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("3 weeks").is_err());
+    }
+}

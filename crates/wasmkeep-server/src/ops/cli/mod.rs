@@ -1,0 +1,80 @@
+//! The `wasmkeep` command line: `dev`, `serve`, `deploy`, and the
+//! operator views `node list`, `actor list`, `actor inspect`. Every flag can
+//! also come from an environment variable `WASMKEEP_<FLAG>` or from a TOML
+//! file given with `--config` (flag > environment > file > default).
+//! Data goes to stdout, everything else to stderr.
+//!
+//! One file per part, each importing only from the files before it:
+//! `args` (the clap definitions, `parse_duration`), `config` (the
+//! layers of a node's configuration and their checks), `dev` (`dev`,
+//! `serve`, `deploy`, opening the bucket, `write_stdout`), `views`
+//! (`node list`, `actor list`, `actor inspect`), `control` (the
+//! commands that write control keys: `node drain` / `undrain`, `actor
+//! move`, `actor delete`, and their `--wait`). This file dispatches a
+//! parsed command line and sets up logging; it never implements a command.
+
+mod args;
+mod config;
+mod control;
+mod dev;
+mod views;
+
+pub use args::{
+    ActorCommand, Cli, Command, DeployArgs, DevArgs, LogFormat, NodeArgs, NodeCommand, ServeArgs,
+    ViewArgs, parse_duration,
+};
+pub use config::warn_misspelt_env;
+use control::{actor_delete, actor_move, node_drain, node_undrain};
+pub use dev::open_bucket;
+use dev::{deploy, dev, serve};
+use views::{actor_inspect, actor_list, node_list};
+
+pub fn init_logging(format: Option<LogFormat>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,wasmtime=warn,cranelift=warn")
+    });
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match format.unwrap_or(LogFormat::Text) {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Runs the parsed command line; returns the process exit code.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Dev(args) => dev(args).await,
+        Command::Serve(args) => serve(args).await,
+        Command::Deploy(args) => deploy(args).await,
+        Command::Node(NodeCommand::List { view }) => node_list(view).await,
+        Command::Node(NodeCommand::Drain {
+            node,
+            wait,
+            force,
+            view,
+        }) => node_drain(&node, wait, force, view).await,
+        Command::Node(NodeCommand::Undrain { node, view }) => node_undrain(&node, view).await,
+        Command::Actor(ActorCommand::List { prefix, view }) => {
+            actor_list(prefix.as_deref(), view).await
+        }
+        Command::Actor(ActorCommand::Inspect { actor, view }) => actor_inspect(&actor, view).await,
+        Command::Actor(ActorCommand::Move {
+            actor,
+            to,
+            wait,
+            view,
+        }) => actor_move(&actor, &to, wait, view).await,
+        Command::Actor(ActorCommand::Delete {
+            actor,
+            wait,
+            timeout,
+            view,
+        }) => actor_delete(&actor, wait, &timeout, view).await,
+        Command::Secret(command) => crate::ops::admin::secret(command).await,
+        Command::Tenant(command) => crate::ops::admin::tenant(command).await,
+    }
+}
