@@ -1,0 +1,267 @@
+//! The architecture's invariants (ARCHITECTURE.md) as tests, read from the
+//! workspace's source the way rust-analyzer's tidy does: each test names a
+//! rule, scans the files it governs, and fails listing every place that
+//! breaks it. Text, not types: a rule that a parser would check better is
+//! still worth a line scan that a newcomer can read in a minute.
+//!
+//! "Non-test source" is every `.rs` file under a crate's `src/` (and
+//! `sim/src/`), up to its first `#[cfg(test)]` line; `tests/`, `benches/`
+//! and `examples/` are test source.
+
+use std::path::{Path, PathBuf};
+
+/// Longest non-test source file, in lines.
+const SOURCE_FILE_LINES_MAX: usize = 1_000;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace root exists")
+}
+
+/// Every `.rs` file under `dir`, sorted, but test modules kept in files
+/// of their own (`tests.rs`) and test support (`testing.rs`).
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("a readable directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && !path.ends_with("tests.rs")
+                && !path.ends_with("testing.rs")
+            {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The crates' `src/` folders: (crate folder name, path).
+fn source_dirs() -> Vec<(String, PathBuf)> {
+    let root = workspace();
+    let mut dirs: Vec<(String, PathBuf)> = std::fs::read_dir(root.join("crates"))
+        .expect("crates/ is readable")
+        .map(|e| e.expect("a readable directory entry").path())
+        .filter(|p| p.join("src").is_dir())
+        .map(|p| {
+            let name = p
+                .file_name()
+                .expect("a crate folder has a name")
+                .to_string_lossy()
+                .into_owned();
+            (name, p.join("src"))
+        })
+        .collect();
+    dirs.push(("sim".into(), root.join("sim/src")));
+    dirs.sort();
+    dirs
+}
+
+/// A file's non-test lines (up to its first `#[cfg(test)]`), numbered
+/// from 1, with `//` comments removed.
+fn code_lines(path: &Path) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(path).expect("a readable source file");
+    text.lines()
+        .enumerate()
+        .take_while(|(_, line)| line.trim() != "#[cfg(test)]")
+        .map(|(i, line)| {
+            // A `//` inside a string ("http://") is kept: the comment starts
+            // at the first one with balanced quotes before it.
+            let code = line
+                .match_indices("//")
+                .find(|(at, _)| line[..*at].matches('"').count() % 2 == 0)
+                .map_or(line, |(at, _)| &line[..at]);
+            (i + 1, code.to_owned())
+        })
+        .collect()
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(workspace())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+/// Fails listing `broken` under `rule`, if any.
+fn check(rule: &str, broken: Vec<String>) {
+    assert!(
+        broken.is_empty(),
+        "{rule}; broken at:\n  {}",
+        broken.join("\n  ")
+    );
+}
+
+#[test]
+fn only_the_runtime_crate_names_wasmtime() {
+    let mut broken = Vec::new();
+    for (name, src) in source_dirs() {
+        if name == "wasmkeep-runtime" {
+            continue;
+        }
+        for file in rust_files(&src) {
+            for (n, line) in code_lines(&file) {
+                if line.contains("wasmtime::") || line.contains("wasmtime_wasi") {
+                    broken.push(format!("{}:{n}: {}", relative(&file), line.trim()));
+                }
+            }
+        }
+        let manifest = src.parent().expect("src/ has a parent").join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).expect("a readable manifest");
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("wasmtime") {
+                broken.push(format!(
+                    "{}:{}: {}",
+                    relative(&manifest),
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    check("only wasmkeep-runtime may use wasmtime", broken);
+}
+
+/// The segments of bucket keys (`wasmkeep_types::keys`): a string literal
+/// holding one, outside the types crate, builds a key by hand.
+const KEY_SEGMENTS: [&str; 12] = [
+    "\"apps/", "control/", "nodes/", "owners/", "actors/", "/log/", "/snap/", "alarms/",
+    "classes/", "secrets/", "tenants/", "/tokens/",
+];
+
+#[test]
+fn only_the_types_crate_builds_bucket_keys() {
+    let mut broken = Vec::new();
+    for (name, src) in source_dirs() {
+        // The types crate builds the keys; the testkit is test support.
+        if name == "wasmkeep-types" || name == "wasmkeep-testkit" {
+            continue;
+        }
+        for file in rust_files(&src) {
+            for (n, line) in code_lines(&file) {
+                let in_string = |segment: &str| {
+                    line.match_indices(segment).any(|(at, _)| {
+                        line[..at].matches('"').count() % 2 == 1 || segment.starts_with('"')
+                    })
+                };
+                // Log and error texts may name a key's shape in words
+                // (`tracing::`, `format!` of a message): a key is a literal
+                // passed to a bucket call or joined with `format!`.
+                // Reading a key's kind (`key.contains("/log/")`) is
+                // parsing; building is joining text into a key.
+                let joins = line.contains("format!(")
+                    || line.contains("push_str(")
+                    || line.contains("concat!(")
+                    || line.contains("\"apps/");
+                let builds = joins
+                    && KEY_SEGMENTS.iter().any(|s| in_string(s))
+                    && !line.contains("tracing::");
+                if builds {
+                    broken.push(format!("{}:{n}: {}", relative(&file), line.trim()));
+                }
+            }
+        }
+    }
+    check("every bucket key is built in wasmkeep_types::keys", broken);
+}
+
+/// What builds an HTTP client, a TLS configuration, or a TLS connection.
+const CLIENT_BUILDERS: [&str; 7] = [
+    "ClientConfig::builder",
+    "ServerConfig::builder",
+    "Client::builder",
+    "client::conn::",
+    "HttpsConnectorBuilder",
+    "TlsConnector::from",
+    "TcpStream::connect",
+];
+
+#[test]
+fn only_the_transport_crate_builds_http_clients_and_tls_configs() {
+    let mut broken = Vec::new();
+    for (name, src) in source_dirs() {
+        if name == "wasmkeep-transport" || name == "wasmkeep-testkit" {
+            continue;
+        }
+        for file in rust_files(&src) {
+            for (n, line) in code_lines(&file) {
+                if CLIENT_BUILDERS.iter().any(|b| line.contains(b)) {
+                    broken.push(format!("{}:{n}: {}", relative(&file), line.trim()));
+                }
+            }
+        }
+    }
+    check(
+        "only wasmkeep-transport builds HTTP clients, TLS configurations and connections to peers",
+        broken,
+    );
+}
+
+#[test]
+fn no_non_test_source_file_is_over_a_thousand_lines() {
+    let mut broken = Vec::new();
+    for (_, src) in source_dirs() {
+        for file in rust_files(&src) {
+            let lines = code_lines(&file).len();
+            if lines > SOURCE_FILE_LINES_MAX {
+                broken.push(format!("{}: {lines} lines", relative(&file)));
+            }
+        }
+    }
+    check(
+        &format!("no non-test source file is over {SOURCE_FILE_LINES_MAX} lines"),
+        broken,
+    );
+}
+
+#[test]
+fn the_actor_part_of_the_server_never_imports_peering() {
+    let actor = workspace().join("crates/wasmkeep-server/src/actor");
+    let files = rust_files(&actor);
+    assert!(!files.is_empty(), "the server has an actor/ folder");
+    let mut broken = Vec::new();
+    for file in files {
+        for (n, line) in code_lines(&file) {
+            if line.contains("peering::") || line.contains("peering::{") {
+                broken.push(format!("{}:{n}: {}", relative(&file), line.trim()));
+            }
+        }
+    }
+    check(
+        "actor/ never imports peering/ (moves and deletes reach a mailbox through actor/'s job variants)",
+        broken,
+    );
+}
+
+/// The rules' scans find what they look for: each check, run on a line
+/// that breaks it, reports it (so a rule that matches nothing cannot pass
+/// by accident).
+#[test]
+fn each_rule_catches_a_line_that_breaks_it() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let file = dir.path().join("broken.rs");
+    std::fs::write(
+        &file,
+        "use wasmtime::Engine;\nlet k = format!(\"{}owners/{}\", root, a);\nlet c = rustls::ClientConfig::builder();\nuse crate::peering::moves;\n#[cfg(test)]\nuse wasmtime::Store;\n",
+    )
+    .expect("writable");
+    let lines = code_lines(&file);
+    assert_eq!(lines.len(), 4, "the test module is not counted: {lines:?}");
+    assert!(lines[0].1.contains("wasmtime::"));
+    assert!(KEY_SEGMENTS.iter().any(|s| lines[1].1.contains(s)));
+    assert!(CLIENT_BUILDERS.iter().any(|b| lines[2].1.contains(b)));
+    assert!(lines[3].1.contains("peering::"));
+    let commented = dir.path().join("commented.rs");
+    std::fs::write(&commented, "let url = \"http://x\"; // wasmtime::Engine\n").expect("writable");
+    let lines = code_lines(&commented);
+    assert_eq!(lines[0].1.trim(), "let url = \"http://x\";");
+}
