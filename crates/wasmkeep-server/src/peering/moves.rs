@@ -706,6 +706,22 @@ async fn exists(node: &Node, actor: &ActorId) -> Result<bool> {
     Ok(node.ownership.read(actor).await?.is_some())
 }
 
+/// One attempt of a move as the actor's mailbox sees it
+/// (`mailbox::MoveOrder`).
+struct MoveAttempt {
+    token: u64,
+}
+
+impl MoveOrder for MoveAttempt {
+    fn is_current(&self, node: &Node, actor: &ActorId) -> bool {
+        node.moves.is_current(actor, self.token)
+    }
+
+    fn forget(&self, node: &Node, actor: &ActorId) {
+        node.moves.forget(actor);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -727,21 +743,5 @@ mod tests {
             assert!(parse_take_body(bad.as_bytes()).is_err(), "{bad:?} parsed");
         }
         assert!(parse_take_body(&[0xff, 0xfe]).is_err());
-    }
-}
-
-/// One attempt of a move as the actor's mailbox sees it
-/// (`mailbox::MoveOrder`).
-struct MoveAttempt {
-    token: u64,
-}
-
-impl MoveOrder for MoveAttempt {
-    fn is_current(&self, node: &Node, actor: &ActorId) -> bool {
-        node.moves.is_current(actor, self.token)
-    }
-
-    fn forget(&self, node: &Node, actor: &ActorId) {
-        node.moves.forget(actor);
     }
 }
