@@ -10,6 +10,14 @@
 //! and a write whose outcome cannot be known is [`Error::OutcomeUnknown`]:
 //! the caller must re-read before deciding anything.
 //!
+//! The trait holds the core operations only. What a backend may do better
+//! when it is told more about a call (a put in no hurry, a bulk delete that
+//! need not be durable, a listing of names only) is one optional capability,
+//! [`Hints`], which callers use through the functions of [`hinted`]; they
+//! fall back to the core operations on a bucket without it. A bucket that
+//! wraps another (to count, record or inject faults) implements [`Around`],
+//! which passes the hints on through its own hook (ADR 0057).
+//!
 //! Backends, chosen by URL with [`open`]:
 //! - [`MemoryBucket`] (`memory://`): in-process, with [`Faults`] (latency,
 //!   errors, lost replies, partitions) for tests and the simulation.
@@ -22,7 +30,9 @@
 //! Every backend accepts the same keys ([`key`]), so code tested against
 //! memory behaves the same on a folder or S3.
 
+mod around;
 mod folder;
+pub mod hinted;
 pub mod key;
 mod memory;
 mod open;
@@ -33,11 +43,13 @@ mod s3;
 /// per process, since keys are partly chosen by clients (actor names).
 pub(crate) type KeyHasher = foldhash::fast::RandomState;
 
+pub use around::{Answer, Around, Request};
 pub use folder::{CHECKPOINT_INTERVAL, JOURNAL_BODY_MAX, JOURNAL_BYTES_MAX};
 pub use folder::{
     COMMIT_BATCH_WRITES_MAX, COMMIT_QUEUE_WRITES_MAX, FolderBucket, FolderOptions, LOCK_STRIPES,
     SyncMode, content_etag,
 };
+pub use hinted::Hints;
 pub use memory::{FAULT_QUEUE_LEN_MAX, Fault, Faults, MemoryBucket};
 pub use open::{open, open_existing};
 pub use s3::{
@@ -78,7 +90,7 @@ pub struct Object {
     pub meta: ObjectMeta,
 }
 
-/// A key a listing found, with its size: what [`Bucket::list_keys`] gives.
+/// A key a listing found, with its size: what [`hinted::list_keys`] gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
     pub key: String,
@@ -132,11 +144,16 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Longest page a listing returns.
 pub const LIST_PAGE_OBJECTS_MAX: usize = 1000;
 
-/// Deletes [`Bucket::delete_all_not_durable`] has in flight at once on a
+/// Deletes [`hinted::delete_all_not_durable`] has in flight at once on a
 /// backend without a bulk delete.
 pub const DELETES_IN_FLIGHT_MAX: usize = 16;
 
-/// The operations wasmkeep needs from an object store.
+/// The operations wasmkeep needs from an object store: the core every
+/// backend has, and nothing else (ADR 0057). What a backend may do better
+/// when it knows more about a call (a write in no hurry, a bulk delete) is
+/// its [`Hints`], offered through [`Bucket::hints`] and used through the
+/// functions of [`hinted`]. A bucket that wraps another implements
+/// [`Around`] instead of this trait, which passes the hints on.
 ///
 /// Every write is durable when it returns `Ok`. Conditional writes are atomic:
 /// of two racing writers with the same condition, exactly one succeeds.
@@ -150,27 +167,6 @@ pub trait Bucket: Send + Sync + fmt::Debug + 'static {
     /// Creates the object only if no object has the key; `Conflict` otherwise.
     async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta>;
 
-    /// [`Bucket::put_if_absent`] for a caller in no hurry (the store's
-    /// snapshots): the same guarantees once it returns, but the backend may
-    /// hold it back for a moment so that it shares a flush with a write that
-    /// comes right after it, instead of making that write wait for a flush
-    /// of its own (ADR 0041). Backends without flushes to share just put.
-    /// Wrappers must forward it.
-    async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.put_if_absent(key, bytes).await
-    }
-
-    /// [`Bucket::put_if_absent`] for a caller that waits for this write
-    /// alone, with nothing queued behind it (the store's record of a lone
-    /// event): the same guarantees, but a backend that hands its writes to a
-    /// thread of its own may do this one on the caller's thread instead,
-    /// when nothing else is in flight, and save the two hand-offs
-    /// (ADR 0045). Backends without such a thread just put. Wrappers must
-    /// forward it.
-    async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.put_if_absent(key, bytes).await
-    }
-
     /// Replaces the object only if its etag is still `etag`; `Conflict` if it
     /// changed, `NotFound` if it is gone.
     async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta>;
@@ -181,51 +177,6 @@ pub trait Bucket: Send + Sync + fmt::Debug + 'static {
     /// Deletes the object; deleting a missing key is not an error.
     async fn delete(&self, key: &str) -> Result<()>;
 
-    /// Deletes `keys`, whose removal need not survive a crash: after one,
-    /// any of them may exist again (the store's compaction deletes records a
-    /// durable snapshot covers; one that comes back is ignored). Missing
-    /// keys are not an error. Every key is checked before any is deleted.
-    ///
-    /// Where a backend can, the keys go as one request, in no hurry (ADR
-    /// 0042): the folder bucket takes them into one batch of its committer,
-    /// which flushes nothing for their sake; S3 sends one `DeleteObjects`
-    /// per 1,000 keys. Others delete them [`DELETES_IN_FLIGHT_MAX`] at a
-    /// time. On an error some keys may be deleted and others not. Wrappers
-    /// must forward it.
-    async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
-        use futures::StreamExt as _;
-        for key in keys {
-            key::validate_key(key)?;
-        }
-        // Collected first: a stream mapped by a closure over borrowed keys
-        // is not `Send` for every lifetime, as `async_trait` needs.
-        let deletes: Vec<_> = keys
-            .iter()
-            .map(|key| async move {
-                match self.delete(key).await {
-                    Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            })
-            .collect();
-        let mut deletes = futures::stream::iter(deletes).buffer_unordered(DELETES_IN_FLIGHT_MAX);
-        while let Some(deleted) = deletes.next().await {
-            deleted?;
-        }
-        Ok(())
-    }
-
-    /// Whether an object written and deleted again within moments costs
-    /// little more than nothing: the folder bucket alone on its folder keeps
-    /// young objects in its journal, and one deleted before the next
-    /// checkpoint never becomes a file (ADR 0034). The store then snapshots
-    /// small databases sooner, so their log records die young. It may change
-    /// from `true` to `false` (another process opened the folder). Wrappers
-    /// must forward it.
-    fn short_lived_objects_are_cheap(&self) -> bool {
-        false
-    }
-
     /// Deletes the object only if its etag is still `etag`. Backends without
     /// conditional deletes return `Unsupported`; callers then fall back to
     /// writing a "released" body with `put_if_match`.
@@ -235,24 +186,9 @@ pub trait Bucket: Send + Sync + fmt::Debug + 'static {
     /// time, starting after `start_after` when given.
     async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage>;
 
-    /// Lists every key under `prefix` with its size (all pages), for
-    /// callers that need neither etags nor times. The folder bucket gives it
-    /// without reading each object (its etags hash the bodies) or asking for
-    /// its times; other backends list as [`Bucket::list`] does. Wrappers
-    /// must forward it.
-    async fn list_keys(&self, prefix: &str) -> Result<Vec<Listed>> {
-        Ok(self
-            .list(prefix)
-            .await?
-            .into_iter()
-            .map(|meta| Listed {
-                key: meta.key,
-                size: meta.size,
-            })
-            .collect())
-    }
-
-    /// Lists every key under `prefix` (all pages).
+    /// Lists every key under `prefix` (all pages), sorted in byte order
+    /// whatever order a server's pages came in. Built from
+    /// [`Bucket::list_page`] alone: backends do not override it.
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
         let mut all = Vec::new();
         let mut after: Option<String> = None;
@@ -261,8 +197,20 @@ pub trait Bucket: Send + Sync + fmt::Debug + 'static {
             all.extend(page.objects);
             match page.next {
                 Some(next) => after = Some(next),
-                None => return Ok(all),
+                None => break,
             }
         }
+        // Already sorted on every backend but S3, whose servers may differ;
+        // sorting sorted keys is one pass.
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(all)
+    }
+
+    /// The hints this bucket offers beyond the core, if any: a backend that
+    /// has some returns itself; every [`Around`] wrapper returns itself too,
+    /// so its hook sees each hinted call. Call them through [`hinted`], which
+    /// falls back to the core operations when this is `None`.
+    fn hints(&self) -> Option<&dyn Hints> {
+        None
     }
 }

@@ -51,7 +51,9 @@ use object_store::{
 };
 
 use crate::key::{validate_key, validate_prefix};
-use crate::{Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX, ListPage, Object, ObjectMeta, Result};
+use crate::{
+    Bucket, Error, Etag, Hints, LIST_PAGE_OBJECTS_MAX, ListPage, Object, ObjectMeta, Result,
+};
 
 /// Retries of a read or an unconditional write.
 pub const RETRIES_MAX: usize = 3;
@@ -328,32 +330,6 @@ impl Bucket for S3Bucket {
         }
     }
 
-    /// One `DeleteObjects` per 1,000 keys (S3 reports a missing key as
-    /// deleted), instead of a request per key.
-    async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
-        let Some(first) = keys.first() else {
-            return Ok(());
-        };
-        let paths = keys
-            .iter()
-            .map(|key| self.path(key).map(Ok::<_, object_store::Error>))
-            .collect::<Result<Vec<_>>>()?;
-        let mut deleted = self
-            .retrying
-            .delete_stream(futures::stream::iter(paths).boxed());
-        loop {
-            // A failure names its key in its message; the first key stands
-            // for the call.
-            let next = deleted.next().map(Option::transpose);
-            match answered(first, ANSWER_TIME_MAX, false, next).await {
-                Ok(None) => break,
-                Ok(Some(_)) | Err(Error::NotFound { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
     async fn delete_if_match(&self, key: &str, _etag: &Etag) -> Result<()> {
         validate_key(key)?;
         Err(Error::Unsupported(
@@ -419,19 +395,39 @@ impl Bucket for S3Bucket {
         Ok(ListPage { objects, next })
     }
 
-    /// All pages, sorted in byte order whatever the server's order.
-    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
-        let mut all = Vec::new();
-        let mut after: Option<String> = None;
+    /// The bulk delete only: see [`Hints`] below.
+    fn hints(&self) -> Option<&dyn Hints> {
+        Some(self)
+    }
+}
+
+/// S3 has a bulk delete; the other hints fall back to the core operations
+/// (no flush to share, no thread to skip, listings carry etags anyway).
+#[async_trait]
+impl Hints for S3Bucket {
+    /// One `DeleteObjects` per 1,000 keys (S3 reports a missing key as
+    /// deleted), instead of a request per key.
+    async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
+        let Some(first) = keys.first() else {
+            return Ok(());
+        };
+        let paths = keys
+            .iter()
+            .map(|key| self.path(key).map(Ok::<_, object_store::Error>))
+            .collect::<Result<Vec<_>>>()?;
+        let mut deleted = self
+            .retrying
+            .delete_stream(futures::stream::iter(paths).boxed());
         loop {
-            let page = self.list_page(prefix, after.as_deref()).await?;
-            all.extend(page.objects);
-            match page.next {
-                Some(next) => after = Some(next),
-                None => break,
+            // A failure names its key in its message; the first key stands
+            // for the call.
+            let next = deleted.next().map(Option::transpose);
+            match answered(first, ANSWER_TIME_MAX, false, next).await {
+                Ok(None) => break,
+                Ok(Some(_)) | Err(Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
             }
         }
-        all.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(all)
+        Ok(())
     }
 }

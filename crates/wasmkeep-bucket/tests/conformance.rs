@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::{Context, ensure};
 use bytes::Bytes;
 use futures::StreamExt;
-use wasmkeep_bucket::{Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX, ObjectMeta};
+use wasmkeep_bucket::{Bucket, Error, Etag, LIST_PAGE_OBJECTS_MAX, ObjectMeta, hinted};
 
 /// A bucket, a prefix unique to one test, and whatever must live as long as
 /// the test (a temporary folder).
@@ -120,7 +120,7 @@ mod cases {
     ) -> Result<ObjectMeta, Error> {
         let bytes = Bytes::from_static(bytes);
         if alone {
-            f.bucket.put_if_absent_alone(key, bytes).await
+            hinted::put_if_absent_alone(&*f.bucket, key, bytes).await
         } else {
             f.bucket.put_if_absent(key, bytes).await
         }
@@ -205,7 +205,7 @@ mod cases {
         f.bucket.put(&kept, Bytes::from_static(b"k")).await?;
         let mut with_bad = keys[..2].to_vec();
         with_bad.push(format!("{}../escape", f.prefix));
-        let r = f.bucket.delete_all_not_durable(&with_bad).await;
+        let r = hinted::delete_all_not_durable(&*f.bucket, &with_bad).await;
         ensure!(
             matches!(r, Err(Error::InvalidKey { .. })),
             "a bad key among many: {r:?}"
@@ -214,14 +214,14 @@ mod cases {
             f.bucket.get(&keys[0]).await.is_ok(),
             "a refused call deleted a key"
         );
-        f.bucket.delete_all_not_durable(&keys).await?;
+        hinted::delete_all_not_durable(&*f.bucket, &keys).await?;
         ensure!(
             f.bucket.list(&f.key("many/")).await?.is_empty(),
             "keys left after delete_all_not_durable"
         );
         ensure!(f.bucket.get(&kept).await.is_ok(), "a key not named went");
-        f.bucket.delete_all_not_durable(&keys[..3]).await?;
-        f.bucket.delete_all_not_durable(&[]).await?;
+        hinted::delete_all_not_durable(&*f.bucket, &keys[..3]).await?;
+        hinted::delete_all_not_durable(&*f.bucket, &[]).await?;
         Ok(())
     }
 
@@ -272,9 +272,7 @@ mod cases {
             "listed {listed:?}\nexpected {expected:?}"
         );
         // Keys and sizes only: the same keys, each with its body's length.
-        let keyed: Vec<(String, u64)> = f
-            .bucket
-            .list_keys(&f.key("in/"))
+        let keyed: Vec<(String, u64)> = hinted::list_keys(&*f.bucket, &f.key("in/"))
             .await?
             .into_iter()
             .map(|l| (l.key, l.size))
@@ -349,9 +347,7 @@ mod cases {
         let all = listed_keys(&*f.bucket, &f.key("many/")).await?;
         let expected: Vec<String> = (0..count).map(|i| f.key(&format!("many/{i:05}"))).collect();
         ensure!(all == expected);
-        let keys: Vec<String> = f
-            .bucket
-            .list_keys(&f.key("many/"))
+        let keys: Vec<String> = hinted::list_keys(&*f.bucket, &f.key("many/"))
             .await?
             .into_iter()
             .map(|l| l.key)
@@ -410,7 +406,7 @@ mod cases {
             tasks.push(tokio::spawn(async move {
                 let bytes = Bytes::from(format!("racer {i}"));
                 if i % 2 == 0 {
-                    bucket.put_if_absent_alone(&key, bytes).await
+                    hinted::put_if_absent_alone(&*bucket, &key, bytes).await
                 } else {
                     bucket.put_if_absent(&key, bytes).await
                 }
@@ -474,10 +470,7 @@ mod cases {
                 matches!(r, Err(Error::InvalidKey { .. })),
                 "put_if_absent {key:?}: {r:?}"
             );
-            let r = f
-                .bucket
-                .put_if_absent_alone(key, Bytes::from_static(b"x"))
-                .await;
+            let r = hinted::put_if_absent_alone(&*f.bucket, key, Bytes::from_static(b"x")).await;
             ensure!(
                 matches!(r, Err(Error::InvalidKey { .. })),
                 "put_if_absent_alone {key:?}: {r:?}"
@@ -718,7 +711,7 @@ fn folder_child_process() -> anyhow::Result<()> {
                         }
                         ["delete", key] => bucket.delete(key).await?,
                         ["forget", key] => {
-                            bucket.delete_all_not_durable(&[(*key).to_owned()]).await?;
+                            hinted::delete_all_not_durable(&bucket, &[(*key).to_owned()]).await?;
                         }
                         other => anyhow::bail!("unknown command {other:?}"),
                     }
@@ -1506,8 +1499,7 @@ async fn folder_alone_lists_young_objects_and_files_page_by_page() -> anyhow::Re
         listed.len(),
         want.len()
     );
-    let keys: Vec<String> = bucket
-        .list_keys("l/")
+    let keys: Vec<String> = hinted::list_keys(&*bucket, "l/")
         .await?
         .into_iter()
         .map(|l| l.key)

@@ -28,7 +28,7 @@
 use std::future::Future;
 
 use bytes::Bytes;
-use wasmkeep_bucket::{Bucket, Etag};
+use wasmkeep_bucket::{Bucket, Etag, hinted};
 
 #[cfg(doc)]
 use crate::Error;
@@ -99,10 +99,10 @@ impl<T> Outcome<T> {
 pub enum Haste {
     /// [`Bucket::put_if_absent`].
     Hurried,
-    /// [`Bucket::put_if_absent_unhurried`]: no one waits for this write
+    /// [`hinted::put_if_absent_unhurried`]: no one waits for this write
     /// alone, so it may share the flush of the next one.
     Unhurried,
-    /// [`Bucket::put_if_absent_alone`]: its writer waits for this write
+    /// [`hinted::put_if_absent_alone`]: its writer waits for this write
     /// alone, with nothing queued behind it.
     Alone,
 }
@@ -208,8 +208,8 @@ impl<'a> Fenced<'a> {
     ) -> wasmkeep_bucket::Result<Outcome<Etag>> {
         let put = match haste {
             Haste::Hurried => self.bucket.put_if_absent(self.key, bytes).await,
-            Haste::Unhurried => self.bucket.put_if_absent_unhurried(self.key, bytes).await,
-            Haste::Alone => self.bucket.put_if_absent_alone(self.key, bytes).await,
+            Haste::Unhurried => hinted::put_if_absent_unhurried(self.bucket, self.key, bytes).await,
+            Haste::Alone => hinted::put_if_absent_alone(self.bucket, self.key, bytes).await,
         };
         Outcome::of(put.map(|meta| meta.etag))
     }

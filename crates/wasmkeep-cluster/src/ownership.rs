@@ -595,56 +595,31 @@ mod tests {
         }
     }
 
-    #[async_trait::async_trait]
-    impl Bucket for Reads {
-        async fn get(&self, key: &str) -> wasmkeep_bucket::Result<wasmkeep_bucket::Object> {
-            if key.contains("/owners/") {
-                self.owner_reads.fetch_add(1, Ordering::SeqCst);
+    impl wasmkeep_bucket::Around for Reads {
+        fn inner(&self) -> &dyn Bucket {
+            &self.inner
+        }
+
+        async fn around<T: wasmkeep_bucket::Answer>(
+            &self,
+            request: wasmkeep_bucket::Request<'_>,
+            call: impl std::future::Future<Output = wasmkeep_bucket::Result<T>> + Send,
+        ) -> wasmkeep_bucket::Result<T> {
+            use wasmkeep_bucket::Request;
+            match request {
+                Request::Get { key } if key.contains("/owners/") => {
+                    self.owner_reads.fetch_add(1, Ordering::SeqCst);
+                }
+                Request::PutIfAbsent { key, .. }
+                | Request::PutIfAbsentUnhurried { key, .. }
+                | Request::PutIfAbsentAlone { key, .. }
+                | Request::PutIfMatch { key, .. } => self.count_write(key),
+                Request::DeleteIfMatch { .. } if !self.conditional_delete => {
+                    return Err(wasmkeep_bucket::Error::Unsupported("conditional delete"));
+                }
+                _ => {}
             }
-            self.inner.get(key).await
-        }
-        async fn head(&self, key: &str) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
-            self.inner.head(key).await
-        }
-        async fn put_if_absent(
-            &self,
-            key: &str,
-            bytes: Bytes,
-        ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
-            self.count_write(key);
-            self.inner.put_if_absent(key, bytes).await
-        }
-        async fn put_if_match(
-            &self,
-            key: &str,
-            bytes: Bytes,
-            etag: &Etag,
-        ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
-            self.count_write(key);
-            self.inner.put_if_match(key, bytes, etag).await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            bytes: Bytes,
-        ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
-            self.inner.put(key, bytes).await
-        }
-        async fn delete(&self, key: &str) -> wasmkeep_bucket::Result<()> {
-            self.inner.delete(key).await
-        }
-        async fn delete_if_match(&self, key: &str, etag: &Etag) -> wasmkeep_bucket::Result<()> {
-            if !self.conditional_delete {
-                return Err(wasmkeep_bucket::Error::Unsupported("conditional delete"));
-            }
-            self.inner.delete_if_match(key, etag).await
-        }
-        async fn list_page(
-            &self,
-            prefix: &str,
-            start_after: Option<&str>,
-        ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ListPage> {
-            self.inner.list_page(prefix, start_after).await
+            call.await
         }
     }
 

@@ -8,11 +8,11 @@
 //! the nonces drawn from the seeded randomness) and the answer.
 
 use std::fmt::Write as _;
+use std::future::Future;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
-use wasmkeep_bucket::{Bucket, Error, Etag, ListPage, MemoryBucket, Object, ObjectMeta, Result};
+use wasmkeep_bucket::{Answer, Around, Bucket, Error, Etag, MemoryBucket, Request, Result};
 
 /// What happens just before one of the recorded requests.
 #[derive(Debug)]
@@ -111,6 +111,7 @@ impl Recorder {
         Ok(())
     }
 
+    /// Writes one request's line; `key` is already shortened.
     fn note<T>(
         &self,
         op: &str,
@@ -119,7 +120,7 @@ impl Recorder {
         body: Option<&Bytes>,
         result: &Result<T>,
     ) {
-        let mut line = format!("{op} {}", short_key(key));
+        let mut line = format!("{op} {key}");
         if let Some(etag) = condition {
             let _ = write!(line, " if {etag}");
         }
@@ -152,98 +153,53 @@ fn fnv1a(bytes: &[u8]) -> u32 {
     })
 }
 
-#[async_trait]
-impl Bucket for Recorder {
-    async fn get(&self, key: &str) -> Result<Object> {
-        let result = match self.before("get", key).await {
-            Ok(()) => self.inner.get(key).await,
-            Err(e) => Err(e),
-        };
-        self.note("get", key, None, None, &result);
-        result
+impl Around for Recorder {
+    fn inner(&self) -> &dyn Bucket {
+        &self.inner
     }
 
-    async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        let result = match self.before("head", key).await {
-            Ok(()) => self.inner.head(key).await,
-            Err(e) => Err(e),
+    /// Meddles (listings excepted), sends, and writes the line down. A bulk
+    /// delete is one line naming its keys, and meddled with as one request
+    /// whose key is those keys joined by spaces.
+    async fn around<T: Answer>(
+        &self,
+        request: Request<'_>,
+        call: impl Future<Output = Result<T>> + Send,
+    ) -> Result<T> {
+        let (key, condition, body) = match request {
+            Request::Get { key } | Request::Head { key } | Request::Delete { key } => {
+                (key.to_owned(), None, None)
+            }
+            Request::PutIfAbsent { key, bytes }
+            | Request::PutIfAbsentUnhurried { key, bytes }
+            | Request::PutIfAbsentAlone { key, bytes }
+            | Request::Put { key, bytes } => (key.to_owned(), None, Some(bytes)),
+            Request::PutIfMatch { key, bytes, etag } => (key.to_owned(), Some(etag), Some(bytes)),
+            Request::DeleteIfMatch { key, etag } => (key.to_owned(), Some(etag), None),
+            Request::ListPage { prefix, .. } | Request::ListKeys { prefix } => {
+                (prefix.to_owned(), None, None)
+            }
+            Request::DeleteAllNotDurable { keys } => (keys.join(" "), None, None),
         };
-        self.note("head", key, None, None, &result);
-        result
-    }
-
-    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        let result = match self.before("put_if_absent", key).await {
-            Ok(()) => self.inner.put_if_absent(key, bytes.clone()).await,
-            Err(e) => Err(e),
-        };
-        self.note("put_if_absent", key, None, Some(&bytes), &result);
-        result
-    }
-
-    async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        let result = match self.before("put_if_absent_unhurried", key).await {
-            Ok(()) => self.inner.put_if_absent(key, bytes.clone()).await,
-            Err(e) => Err(e),
-        };
-        self.note("put_if_absent_unhurried", key, None, Some(&bytes), &result);
-        result
-    }
-
-    async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        let result = match self.before("put_if_absent_alone", key).await {
-            Ok(()) => self.inner.put_if_absent(key, bytes.clone()).await,
-            Err(e) => Err(e),
-        };
-        self.note("put_if_absent_alone", key, None, Some(&bytes), &result);
-        result
-    }
-
-    async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
-        let result = match self.before("put_if_match", key).await {
-            Ok(()) => self.inner.put_if_match(key, bytes.clone(), etag).await,
-            Err(e) => Err(e),
-        };
-        self.note("put_if_match", key, Some(etag), Some(&bytes), &result);
-        result
-    }
-
-    async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        let result = match self.before("put", key).await {
-            Ok(()) => self.inner.put(key, bytes.clone()).await,
-            Err(e) => Err(e),
-        };
-        self.note("put", key, None, Some(&bytes), &result);
-        result
-    }
-
-    async fn delete(&self, key: &str) -> Result<()> {
-        let result = match self.before("delete", key).await {
-            Ok(()) => self.inner.delete(key).await,
-            Err(e) => Err(e),
-        };
-        self.note("delete", key, None, None, &result);
-        result
-    }
-
-    async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
-        let result = match self.before("delete_if_match", key).await {
-            Ok(()) => {
-                if self.conditional_delete {
-                    self.inner.delete_if_match(key, etag).await
-                } else {
+        let op = request.op();
+        let result = match request {
+            Request::ListPage { .. } | Request::ListKeys { .. } => call.await,
+            _ => match self.before(op, &key).await {
+                Ok(()) if op == "delete_if_match" && !self.conditional_delete => {
                     Err(Error::Unsupported("conditional delete"))
                 }
-            }
-            Err(e) => Err(e),
+                Ok(()) => call.await,
+                Err(e) => Err(e),
+            },
         };
-        self.note("delete_if_match", key, Some(etag), None, &result);
-        result
-    }
-
-    async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
-        let result = self.inner.list_page(prefix, start_after).await;
-        self.note("list_page", prefix, None, None, &result);
+        let shown = match request {
+            Request::DeleteAllNotDurable { keys } => {
+                let short: Vec<&str> = keys.iter().map(|k| short_key(k)).collect();
+                short.join(" ")
+            }
+            _ => short_key(&key).to_owned(),
+        };
+        self.note(op, &shown, condition, body, &result);
         result
     }
 }

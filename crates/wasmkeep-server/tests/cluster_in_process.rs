@@ -528,8 +528,8 @@ async fn a_stale_hint_is_handed_back_naming_the_holder_and_served_there() {
     }
 }
 
-/// A bucket that notes the prefix of every listing (its first page), in
-/// order, and wakes whoever waits on them. The first put-if-absent of the
+/// A bucket that notes the prefix of every listing (its first page, or a
+/// listing of keys), in order, and wakes whoever waits on them. The first put-if-absent of the
 /// key in `lose_write` applies but answers "outcome unknown", and the read
 /// that follows it fails as unavailable (noted as the entry `lost`).
 #[derive(Debug)]
@@ -570,70 +570,46 @@ impl ListLog {
     }
 }
 
-#[async_trait::async_trait]
-impl Bucket for ListLog {
-    async fn get(&self, key: &str) -> wasmkeep_bucket::Result<wasmkeep_bucket::Object> {
-        if self.fail_read.lock().take_if(|k| k == key).is_some() {
-            self.note("lost");
-            return Err(wasmkeep_bucket::Error::Unavailable {
-                key: key.to_owned(),
-                reason: "injected by the test".into(),
-            });
-        }
-        self.inner.get(key).await
+impl wasmkeep_bucket::Around for ListLog {
+    fn inner(&self) -> &dyn Bucket {
+        &*self.inner
     }
-    async fn head(&self, key: &str) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
-        self.inner.head(key).await
-    }
-    async fn put_if_absent(
+
+    async fn around<T: wasmkeep_bucket::Answer>(
         &self,
-        key: &str,
-        bytes: Bytes,
-    ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
-        let written = self.inner.put_if_absent(key, bytes).await;
-        if written.is_ok() && self.lose_write.lock().take_if(|k| k == key).is_some() {
+        request: wasmkeep_bucket::Request<'_>,
+        call: impl std::future::Future<Output = wasmkeep_bucket::Result<T>> + Send,
+    ) -> wasmkeep_bucket::Result<T> {
+        use wasmkeep_bucket::Request;
+        match request {
+            Request::Get { key } if self.fail_read.lock().take_if(|k| k == key).is_some() => {
+                self.note("lost");
+                return Err(wasmkeep_bucket::Error::Unavailable {
+                    key: key.to_owned(),
+                    reason: "injected by the test".into(),
+                });
+            }
+            Request::ListPage {
+                prefix,
+                start_after: None,
+            }
+            | Request::ListKeys { prefix } => self.note(prefix),
+            _ => {}
+        }
+        let answer = call.await;
+        if let Request::PutIfAbsent { key, .. }
+        | Request::PutIfAbsentUnhurried { key, .. }
+        | Request::PutIfAbsentAlone { key, .. } = request
+            && answer.is_ok()
+            && self.lose_write.lock().take_if(|k| k == key).is_some()
+        {
             *self.fail_read.lock() = Some(key.to_owned());
             return Err(wasmkeep_bucket::Error::OutcomeUnknown {
                 key: key.to_owned(),
                 reason: "injected by the test".into(),
             });
         }
-        written
-    }
-    async fn put_if_match(
-        &self,
-        key: &str,
-        bytes: Bytes,
-        etag: &wasmkeep_bucket::Etag,
-    ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
-        self.inner.put_if_match(key, bytes, etag).await
-    }
-    async fn put(
-        &self,
-        key: &str,
-        bytes: Bytes,
-    ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ObjectMeta> {
-        self.inner.put(key, bytes).await
-    }
-    async fn delete(&self, key: &str) -> wasmkeep_bucket::Result<()> {
-        self.inner.delete(key).await
-    }
-    async fn delete_if_match(
-        &self,
-        key: &str,
-        etag: &wasmkeep_bucket::Etag,
-    ) -> wasmkeep_bucket::Result<()> {
-        self.inner.delete_if_match(key, etag).await
-    }
-    async fn list_page(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-    ) -> wasmkeep_bucket::Result<wasmkeep_bucket::ListPage> {
-        if start_after.is_none() {
-            self.note(prefix);
-        }
-        self.inner.list_page(prefix, start_after).await
+        answer
     }
 }
 

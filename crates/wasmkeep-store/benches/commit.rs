@@ -23,15 +23,15 @@
 //! 1,412 commits/s against 5,793 settled. `sync; echo 3 >
 //! /proc/sys/vm/drop_caches` as root, or waiting a minute, settles it.
 
+use std::future::Future;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use async_trait::async_trait;
 use bytes::Bytes;
-use wasmkeep_bucket::{Bucket, Etag, FolderBucket, ListPage, Object, ObjectMeta, S3Bucket};
+use wasmkeep_bucket::{Answer, Around, Bucket, FolderBucket, Request, S3Bucket};
 use wasmkeep_store::{ActorStore, SqlValue, StoreConfig, WriterId};
 use wasmkeep_types::{ActorId, AppName, Keys};
 
@@ -48,72 +48,20 @@ impl Counting {
     }
 }
 
-#[async_trait]
-impl Bucket for Counting {
-    async fn get(&self, key: &str) -> wasmkeep_bucket::Result<Object> {
-        self.count();
-        self.inner.get(key).await
+/// One request per call, a bulk delete included (as S3's `DeleteObjects`
+/// counts, up to 1,000 keys) and a listing of keys.
+impl Around for Counting {
+    fn inner(&self) -> &dyn Bucket {
+        &*self.inner
     }
-    async fn head(&self, key: &str) -> wasmkeep_bucket::Result<ObjectMeta> {
-        self.count();
-        self.inner.head(key).await
-    }
-    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> wasmkeep_bucket::Result<ObjectMeta> {
-        self.count();
-        self.inner.put_if_absent(key, bytes).await
-    }
-    async fn put_if_absent_unhurried(
+
+    async fn around<T: Answer>(
         &self,
-        key: &str,
-        bytes: Bytes,
-    ) -> wasmkeep_bucket::Result<ObjectMeta> {
+        _request: Request<'_>,
+        call: impl Future<Output = wasmkeep_bucket::Result<T>> + Send,
+    ) -> wasmkeep_bucket::Result<T> {
         self.count();
-        self.inner.put_if_absent_unhurried(key, bytes).await
-    }
-    async fn put_if_absent_alone(
-        &self,
-        key: &str,
-        bytes: Bytes,
-    ) -> wasmkeep_bucket::Result<ObjectMeta> {
-        self.count();
-        self.inner.put_if_absent_alone(key, bytes).await
-    }
-    async fn put_if_match(
-        &self,
-        key: &str,
-        bytes: Bytes,
-        etag: &Etag,
-    ) -> wasmkeep_bucket::Result<ObjectMeta> {
-        self.count();
-        self.inner.put_if_match(key, bytes, etag).await
-    }
-    async fn put(&self, key: &str, bytes: Bytes) -> wasmkeep_bucket::Result<ObjectMeta> {
-        self.count();
-        self.inner.put(key, bytes).await
-    }
-    async fn delete(&self, key: &str) -> wasmkeep_bucket::Result<()> {
-        self.count();
-        self.inner.delete(key).await
-    }
-    /// One request, as S3's `DeleteObjects` counts (up to 1,000 keys).
-    async fn delete_all_not_durable(&self, keys: &[String]) -> wasmkeep_bucket::Result<()> {
-        self.count();
-        self.inner.delete_all_not_durable(keys).await
-    }
-    fn short_lived_objects_are_cheap(&self) -> bool {
-        self.inner.short_lived_objects_are_cheap()
-    }
-    async fn delete_if_match(&self, key: &str, etag: &Etag) -> wasmkeep_bucket::Result<()> {
-        self.count();
-        self.inner.delete_if_match(key, etag).await
-    }
-    async fn list_page(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-    ) -> wasmkeep_bucket::Result<ListPage> {
-        self.count();
-        self.inner.list_page(prefix, start_after).await
+        call.await
     }
 }
 

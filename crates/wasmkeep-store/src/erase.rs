@@ -12,7 +12,7 @@
 //! an empty database whose log goes on after the fence; the actor's next
 //! life compacts the two small objects away like any others.
 
-use wasmkeep_bucket::Bucket;
+use wasmkeep_bucket::{Bucket, hinted};
 use wasmkeep_types::{ActorId, Keys};
 
 use crate::page::PageData;
@@ -71,8 +71,7 @@ pub async fn erase(
         });
     }
     // Unread from now on: no need for the deletes to be durable.
-    let dead = bucket
-        .list_keys(&keys.actor_prefix(actor))
+    let dead = hinted::list_keys(bucket, &keys.actor_prefix(actor))
         .await?
         .into_iter()
         .filter(|listed| seq_of(keys, actor, &listed.key).is_some_and(|s| s < fence))
@@ -85,8 +84,7 @@ pub async fn erase(
 /// The highest sequence number among the actor's log records and
 /// snapshots (0: none).
 async fn newest_seq(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> Result<u64> {
-    Ok(bucket
-        .list_keys(&keys.actor_prefix(actor))
+    Ok(hinted::list_keys(bucket, &keys.actor_prefix(actor))
         .await?
         .iter()
         .filter_map(|listed| seq_of(keys, actor, &listed.key))

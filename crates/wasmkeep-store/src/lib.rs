@@ -48,7 +48,7 @@ pub struct StoreConfig {
     /// ... or once the records since the last snapshot hold this many bytes.
     pub snapshot_log_bytes: u64,
     /// ... or, where the bucket says short-lived objects are cheap
-    /// ([`wasmkeep_bucket::Bucket::short_lived_objects_are_cheap`]), once at
+    /// ([`wasmkeep_bucket::hinted::short_lived_objects_are_cheap`]), once at
     /// least [`EARLY_SNAPSHOT_RECORDS_MIN`] records since the last snapshot
     /// hold this many times the database's size (0: never). A small
     /// database then snapshots every few records and its records are

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use wasmkeep_bucket::{Bucket, Error as BucketError};
+use wasmkeep_bucket::{Bucket, Error as BucketError, hinted};
 use wasmkeep_types::{ActorId, Keys};
 
 use crate::record::{self, Decoded, Kind};
@@ -87,7 +87,7 @@ async fn plan(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> Result<Plan,
     // harmless: log records listed before a newer snapshot are skipped
     // (seq <= base), and a log that seems to start late is retried.
     let prefix = keys.actor_prefix(actor);
-    let listed = read(|| bucket.list_keys(&prefix))
+    let listed = read(|| hinted::list_keys(bucket, &prefix))
         .await
         .map_err(Error::from)?;
     let mut snapshot = None;

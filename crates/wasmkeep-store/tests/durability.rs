@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
-use wasmkeep_bucket::{Bucket, Fault, MemoryBucket};
+use wasmkeep_bucket::{Bucket, Fault, MemoryBucket, hinted};
 use wasmkeep_store::{ActorStore, Error, SqlValue, StoreConfig};
 use wasmkeep_types::Keys;
 
@@ -1135,7 +1135,7 @@ async fn a_small_database_snapshots_early_where_short_lived_objects_are_cheap() 
             )
             .expect("open the folder"),
         );
-        assert_eq!(bucket.short_lived_objects_are_cheap(), !never_solo);
+        assert_eq!(hinted::short_lived_objects_are_cheap(&*bucket), !never_solo);
         let a = actor("small");
         let open = || {
             ActorStore::open(
@@ -1159,12 +1159,10 @@ async fn a_small_database_snapshots_early_where_short_lived_objects_are_cheap() 
         // the compaction after it, which a close awaits (counted right
         // after the flush, a loaded machine found 41 records left).
         s.close().await;
-        let snapshots = bucket
-            .list_keys(&keys().actor_snapshot_prefix(&a))
+        let snapshots = hinted::list_keys(&*bucket, &keys().actor_snapshot_prefix(&a))
             .await
             .unwrap();
-        let logs = bucket
-            .list_keys(&keys().actor_log_prefix(&a))
+        let logs = hinted::list_keys(&*bucket, &keys().actor_log_prefix(&a))
             .await
             .unwrap();
         if never_solo {

@@ -124,7 +124,7 @@ pub use locks::LOCK_STRIPES;
 pub use sync::SyncMode;
 
 use crate::key::{validate_key, validate_prefix};
-use crate::{Bucket, Error, Etag, ListPage, Listed, Object, ObjectMeta, Result};
+use crate::{Bucket, Error, Etag, Hints, ListPage, Listed, Object, ObjectMeta, Result};
 use alone::{SOLO_WAIT_MAX, Solo};
 use committer::{
     Answer, CLOSE_WAIT_MAX, Committer, CommitterThread, WriteOp, WriteRequest, empty_orders,
@@ -426,7 +426,7 @@ impl FolderBucket {
     }
 
     /// A put-if-absent whose caller waits for nothing else
-    /// ([`Bucket::put_if_absent_alone`]): committed on the caller's thread
+    /// ([`Hints::put_if_absent_alone`]): committed on the caller's thread
     /// when it is the only write in flight, the committer's thread is idle
     /// and does not poll (writes come far apart), and this process is alone
     /// on the folder; otherwise queued as any write (ADR 0045).
@@ -558,18 +558,6 @@ impl Bucket for FolderBucket {
             .ok_or_else(|| committer_bug(key))
     }
 
-    async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.write_with(key, WriteOp::PutIfAbsent(bytes), true)
-            .await?
-            .ok_or_else(|| committer_bug(key))
-    }
-
-    async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.put_alone(key, bytes)
-            .await?
-            .ok_or_else(|| committer_bug(key))
-    }
-
     async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
         self.write(key, WriteOp::PutIfMatch(bytes, etag.clone()))
             .await?
@@ -584,6 +572,50 @@ impl Bucket for FolderBucket {
 
     async fn delete(&self, key: &str) -> Result<()> {
         self.write(key, WriteOp::Delete).await.map(drop)
+    }
+
+    async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
+        self.write(key, WriteOp::DeleteIfMatch(etag.clone()))
+            .await
+            .map(drop)
+    }
+
+    async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
+        validate_prefix(prefix)?;
+        let owned = prefix.to_owned();
+        let after = start_after.map(str::to_owned);
+        let young = self.young.clone();
+        self.read(prefix, move |root, reader| {
+            list_merged(
+                young.as_deref(),
+                root,
+                &owned,
+                after.as_deref(),
+                reader,
+                Detail::Full,
+            )
+        })
+        .await
+    }
+
+    /// Every hint: see [`Hints`] below.
+    fn hints(&self) -> Option<&dyn Hints> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Hints for FolderBucket {
+    async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.write_with(key, WriteOp::PutIfAbsent(bytes), true)
+            .await?
+            .ok_or_else(|| committer_bug(key))
+    }
+
+    async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
+        self.put_alone(key, bytes)
+            .await?
+            .ok_or_else(|| committer_bug(key))
     }
 
     /// All queued before the first answer is awaited, unhurried (ADR 0042):
@@ -612,30 +644,6 @@ impl Bucket for FolderBucket {
 
     fn short_lived_objects_are_cheap(&self) -> bool {
         self.alone.load(Ordering::Relaxed)
-    }
-
-    async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
-        self.write(key, WriteOp::DeleteIfMatch(etag.clone()))
-            .await
-            .map(drop)
-    }
-
-    async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
-        validate_prefix(prefix)?;
-        let owned = prefix.to_owned();
-        let after = start_after.map(str::to_owned);
-        let young = self.young.clone();
-        self.read(prefix, move |root, reader| {
-            list_merged(
-                young.as_deref(),
-                root,
-                &owned,
-                after.as_deref(),
-                reader,
-                Detail::Full,
-            )
-        })
-        .await
     }
 
     /// Names and sizes from the folders and one `statx` per file (type and

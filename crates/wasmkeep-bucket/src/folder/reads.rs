@@ -146,9 +146,9 @@ pub(super) enum Detail {
     /// Everything: each object is read for its etag.
     Full,
     /// Its key and size only (the etag is left empty and the time is the
-    /// Unix epoch): for [`Bucket::list_keys`], which passes on neither.
+    /// Unix epoch): for [`Hints::list_keys`], which passes on neither.
     ///
-    /// [`Bucket::list_keys`]: crate::Bucket::list_keys
+    /// [`Hints::list_keys`]: crate::Hints::list_keys
     Size,
 }
 

@@ -1,7 +1,7 @@
 //! Tests of the folder bucket through its own fields: a lone writer's put
 //! is committed on the writer's thread when nothing else is in flight
-//! (ADR 0045), and queued otherwise. The conformance suite
-//! (`tests/conformance.rs`) tests the bucket from outside.
+//! (ADR 0045), also behind a wrapper (ADR 0057), and queued otherwise. The
+//! conformance suite (`tests/conformance.rs`) tests the bucket from outside.
 
 use std::sync::atomic::Ordering;
 
@@ -18,19 +18,50 @@ async fn a_lone_writers_put_is_committed_on_its_own_thread() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let bucket = FolderBucket::open(dir.path()).expect("opened");
     committer_idle(&bucket).await;
-    bucket
-        .put_if_absent_alone("a/1", Bytes::from_static(b"one"))
+    crate::hinted::put_if_absent_alone(&bucket, "a/1", Bytes::from_static(b"one"))
         .await
         .expect("put");
     assert_eq!(bucket.polling.led.load(Ordering::Relaxed), 1);
-    let r = bucket
-        .put_if_absent_alone("a/1", Bytes::from_static(b"two"))
-        .await;
+    let r = crate::hinted::put_if_absent_alone(&bucket, "a/1", Bytes::from_static(b"two")).await;
     assert!(matches!(r, Err(Error::Conflict { .. })), "{r:?}");
     assert_eq!(bucket.polling.led.load(Ordering::Relaxed), 2);
     let object = bucket.get("a/1").await.expect("read");
     assert_eq!(object.bytes, Bytes::from_static(b"one"));
     assert_eq!(bucket.polling.in_flight.load(Ordering::Acquire), 0);
+}
+
+/// A wrapper that passes every request on unchanged.
+#[derive(Debug)]
+struct Through(Arc<FolderBucket>);
+
+impl crate::Around for Through {
+    fn inner(&self) -> &dyn Bucket {
+        &*self.0
+    }
+
+    async fn around<T: crate::Answer>(
+        &self,
+        _request: crate::Request<'_>,
+        call: impl std::future::Future<Output = Result<T>> + Send,
+    ) -> Result<T> {
+        call.await
+    }
+}
+
+/// Behind a wrapper (the server's counter) the folder still gets its
+/// hints: a lone writer's put is led as without it, and the wrapper says
+/// short-lived objects are cheap while the folder is alone.
+#[tokio::test]
+async fn a_wrapper_passes_the_hints_on_to_the_folder() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let bucket = Arc::new(FolderBucket::open(dir.path()).expect("opened"));
+    committer_idle(&bucket).await;
+    let wrapped = Through(Arc::clone(&bucket));
+    assert!(crate::hinted::short_lived_objects_are_cheap(&wrapped));
+    crate::hinted::put_if_absent_alone(&wrapped, "a/1", Bytes::from_static(b"one"))
+        .await
+        .expect("put");
+    assert_eq!(bucket.polling.led.load(Ordering::Relaxed), 1);
 }
 
 /// Once the committer's thread has started (it holds the committer
@@ -67,8 +98,7 @@ async fn a_lone_writers_put_is_queued_when_the_committer_has_other_work() {
         if case == "committer polls" {
             bucket.polling.quick.store(true, Ordering::Release);
         }
-        bucket
-            .put_if_absent_alone("a/1", Bytes::from_static(b"one"))
+        crate::hinted::put_if_absent_alone(&bucket, "a/1", Bytes::from_static(b"one"))
             .await
             .expect("put");
         assert_eq!(bucket.polling.led.load(Ordering::Relaxed), 0, "{case}");

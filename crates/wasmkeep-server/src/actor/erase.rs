@@ -19,10 +19,9 @@ pub(crate) async fn delete_data(node: &Node, actor: &ActorId) -> Result<()> {
         incarnation: node.lease.incarnation(),
     };
     if wasmkeep_cluster::planted::erase_frees_numbers() {
-        for listed in node
-            .bucket
-            .list_keys(&node.keys.actor_prefix(actor))
-            .await?
+        for listed in
+            wasmkeep_bucket::hinted::list_keys(&*node.bucket, &node.keys.actor_prefix(actor))
+                .await?
         {
             node.bucket.delete(&listed.key).await?;
         }

@@ -1,12 +1,13 @@
 //! A bucket decorator that counts every call and its latency into the
-//! node's metrics, by operation and outcome.
+//! node's metrics, by operation and outcome. It is an [`Around`], so the
+//! hinted calls (ADR 0057) are counted too and still reach the bucket
+//! inside as hints.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use wasmkeep_bucket::{Bucket, Error, Etag, ListPage, Listed, Object, ObjectMeta, Result};
+use wasmkeep_bucket::{Answer, Around, Bucket, Error, Request, Result};
 
 use crate::ops::metrics::Metrics;
 
@@ -35,70 +36,28 @@ impl CountingBucket {
     }
 }
 
-macro_rules! counted {
-    ($self:ident, $op:literal, $call:expr) => {{
-        let started = Instant::now();
-        let result = $call.await;
-        $self.record($op, started, &result);
-        result
-    }};
-}
+/// Each request counted once under its operation's name; a put of any
+/// haste counts as `put_if_absent`, a bulk delete as `delete_all`.
+impl Around for CountingBucket {
+    fn inner(&self) -> &dyn Bucket {
+        &*self.inner
+    }
 
-#[async_trait]
-impl Bucket for CountingBucket {
-    async fn get(&self, key: &str) -> Result<Object> {
-        counted!(self, "get", self.inner.get(key))
-    }
-    async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        counted!(self, "head", self.inner.head(key))
-    }
-    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        counted!(self, "put_if_absent", self.inner.put_if_absent(key, bytes))
-    }
-    async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        counted!(
-            self,
-            "put_if_absent",
-            self.inner.put_if_absent_unhurried(key, bytes)
-        )
-    }
-    async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        counted!(
-            self,
-            "put_if_absent",
-            self.inner.put_if_absent_alone(key, bytes)
-        )
-    }
-    async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
-        counted!(
-            self,
-            "put_if_match",
-            self.inner.put_if_match(key, bytes, etag)
-        )
-    }
-    async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        counted!(self, "put", self.inner.put(key, bytes))
-    }
-    async fn delete(&self, key: &str) -> Result<()> {
-        counted!(self, "delete", self.inner.delete(key))
-    }
-    async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
-        counted!(self, "delete_all", self.inner.delete_all_not_durable(keys))
-    }
-    fn short_lived_objects_are_cheap(&self) -> bool {
-        self.inner.short_lived_objects_are_cheap()
-    }
-    async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
-        counted!(
-            self,
-            "delete_if_match",
-            self.inner.delete_if_match(key, etag)
-        )
-    }
-    async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
-        counted!(self, "list_page", self.inner.list_page(prefix, start_after))
-    }
-    async fn list_keys(&self, prefix: &str) -> Result<Vec<Listed>> {
-        counted!(self, "list_keys", self.inner.list_keys(prefix))
+    async fn around<T: Answer>(
+        &self,
+        request: Request<'_>,
+        call: impl Future<Output = Result<T>> + Send,
+    ) -> Result<T> {
+        let op = match request {
+            Request::PutIfAbsentUnhurried { .. } | Request::PutIfAbsentAlone { .. } => {
+                "put_if_absent"
+            }
+            Request::DeleteAllNotDurable { .. } => "delete_all",
+            other => other.op(),
+        };
+        let started = Instant::now();
+        let result = call.await;
+        self.record(op, started, &result);
+        result
     }
 }

@@ -353,7 +353,7 @@ impl ActorStore {
             let early = || {
                 config.snapshot_log_database_multiple > 0
                     && self.records_since_snapshot >= crate::EARLY_SNAPSHOT_RECORDS_MIN
-                    && self.shared.bucket.short_lived_objects_are_cheap()
+                    && wasmkeep_bucket::hinted::short_lived_objects_are_cheap(&*self.shared.bucket)
                     && self.bytes_since_snapshot
                         >= config
                             .snapshot_log_database_multiple

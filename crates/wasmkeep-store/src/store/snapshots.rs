@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
+use wasmkeep_bucket::hinted;
 use wasmkeep_types::Keys;
 
 use crate::record::{self, Header, Kind};
@@ -169,21 +170,21 @@ async fn compact(
                 .collect(),
         ),
         _ => {
-            let mut records: Vec<u64> = bucket
-                .list_keys(&shared.keys.actor_log_prefix(&shared.actor))
-                .await?
-                .into_iter()
-                .filter_map(|listed| Keys::parse_seq(&listed.key).ok())
-                .filter(|s| *s <= seq)
-                .collect();
+            let mut records: Vec<u64> =
+                hinted::list_keys(bucket, &shared.keys.actor_log_prefix(&shared.actor))
+                    .await?
+                    .into_iter()
+                    .filter_map(|listed| Keys::parse_seq(&listed.key).ok())
+                    .filter(|s| *s <= seq)
+                    .collect();
             records.sort_unstable();
-            let snapshots = bucket
-                .list_keys(&shared.keys.actor_snapshot_prefix(&shared.actor))
-                .await?
-                .into_iter()
-                .filter(|listed| Keys::parse_seq(&listed.key).is_ok_and(|s| s < seq))
-                .map(|listed| listed.key)
-                .collect();
+            let snapshots =
+                hinted::list_keys(bucket, &shared.keys.actor_snapshot_prefix(&shared.actor))
+                    .await?
+                    .into_iter()
+                    .filter(|listed| Keys::parse_seq(&listed.key).is_ok_and(|s| s < seq))
+                    .map(|listed| listed.key)
+                    .collect();
             (records, snapshots)
         }
     };

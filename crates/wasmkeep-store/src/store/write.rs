@@ -4,7 +4,7 @@
 //! put and delete, and the bulk deletes of compaction.
 
 use bytes::Bytes;
-use wasmkeep_bucket::{Bucket, Error as BucketError};
+use wasmkeep_bucket::{Bucket, Error as BucketError, hinted};
 /// How a record or snapshot is put: the store picks it per write.
 pub(crate) use wasmkeep_cluster::fenced::Haste;
 use wasmkeep_cluster::fenced::{Fenced, Outcome};
@@ -143,12 +143,12 @@ where
 }
 
 /// Deletes `keys` as one bucket request where the bucket can
-/// ([`Bucket::delete_all_not_durable`]).
+/// ([`hinted::delete_all_not_durable`]).
 pub(crate) async fn delete_all(bucket: &dyn Bucket, keys: Vec<String>) -> Result<()> {
     if keys.is_empty() {
         return Ok(());
     }
-    Ok(bucket.delete_all_not_durable(&keys).await?)
+    Ok(hinted::delete_all_not_durable(bucket, &keys).await?)
 }
 
 #[cfg(test)]

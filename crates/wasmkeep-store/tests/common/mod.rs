@@ -4,14 +4,13 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{Semaphore, watch};
-use wasmkeep_bucket::{Bucket, Etag, ListPage, MemoryBucket, Object, ObjectMeta, Result};
+use wasmkeep_bucket::{Answer, Around, Bucket, MemoryBucket, Request, Result};
 use wasmkeep_store::{ActorStore, SqlValue, StoreConfig, WriterId};
 use wasmkeep_types::{ActorId, AppName, Keys};
 
@@ -104,7 +103,7 @@ impl Probe {
     }
 
     /// Every log record put so far: its key, and whether it was a lone
-    /// writer's ([`Bucket::put_if_absent_alone`]).
+    /// writer's ([`wasmkeep_bucket::hinted::put_if_absent_alone`]).
     pub fn log_puts(&self) -> Vec<(String, bool)> {
         self.log_puts.lock().clone()
     }
@@ -139,54 +138,36 @@ impl Probe {
     }
 }
 
-#[async_trait]
-impl Bucket for Probe {
-    async fn get(&self, key: &str) -> Result<Object> {
-        self.counts.gets.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(key).await
+impl Around for Probe {
+    fn inner(&self) -> &dyn Bucket {
+        &self.inner
     }
-    async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        self.counts.gets.fetch_add(1, Ordering::SeqCst);
-        self.inner.head(key).await
-    }
-    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.before_hurried_put(key, false).await;
-        self.inner.put_if_absent(key, bytes).await
-    }
-    async fn put_if_absent_alone(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.before_hurried_put(key, true).await;
-        self.inner.put_if_absent_alone(key, bytes).await
-    }
-    async fn put_if_absent_unhurried(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.note_put(key, true);
-        self.inner.put_if_absent_unhurried(key, bytes).await
-    }
-    async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
-        self.counts.puts.fetch_add(1, Ordering::SeqCst);
-        self.inner.put_if_match(key, bytes, etag).await
-    }
-    async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.counts.puts.fetch_add(1, Ordering::SeqCst);
-        self.inner.put(key, bytes).await
-    }
-    async fn delete(&self, key: &str) -> Result<()> {
-        self.counts.deletes.fetch_add(1, Ordering::SeqCst);
-        self.inner.delete(key).await
-    }
-    async fn delete_all_not_durable(&self, keys: &[String]) -> Result<()> {
-        self.counts.delete_calls.fetch_add(1, Ordering::SeqCst);
-        self.counts
-            .deletes
-            .fetch_add(keys.len() as u64, Ordering::SeqCst);
-        self.inner.delete_all_not_durable(keys).await
-    }
-    async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
-        self.counts.deletes.fetch_add(1, Ordering::SeqCst);
-        self.inner.delete_if_match(key, etag).await
-    }
-    async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
-        self.counts.lists.fetch_add(1, Ordering::SeqCst);
-        self.inner.list_page(prefix, start_after).await
+
+    async fn around<T: Answer>(
+        &self,
+        request: Request<'_>,
+        call: impl Future<Output = Result<T>> + Send,
+    ) -> Result<T> {
+        let count = |counter: &AtomicU64, n: usize| {
+            counter.fetch_add(n as u64, Ordering::SeqCst);
+        };
+        match request {
+            Request::Get { .. } | Request::Head { .. } => count(&self.counts.gets, 1),
+            Request::PutIfAbsent { key, .. } => self.before_hurried_put(key, false).await,
+            Request::PutIfAbsentAlone { key, .. } => self.before_hurried_put(key, true).await,
+            Request::PutIfAbsentUnhurried { key, .. } => self.note_put(key, true),
+            Request::PutIfMatch { .. } | Request::Put { .. } => count(&self.counts.puts, 1),
+            Request::Delete { .. } | Request::DeleteIfMatch { .. } => {
+                count(&self.counts.deletes, 1);
+            }
+            Request::DeleteAllNotDurable { keys } => {
+                count(&self.counts.delete_calls, 1);
+                count(&self.counts.deletes, keys.len());
+            }
+            // A listing of keys is one list request, as one page is.
+            Request::ListPage { .. } | Request::ListKeys { .. } => count(&self.counts.lists, 1),
+        }
+        call.await
     }
 }
 

@@ -40,11 +40,11 @@ pub(crate) enum WriteOp {
 pub(crate) struct WriteRequest {
     pub(crate) key: String,
     pub(crate) op: WriteOp,
-    /// The caller is in no hurry ([`Bucket::put_if_absent_unhurried`],
-    /// [`Bucket::delete_all_not_durable`]).
+    /// The caller is in no hurry ([`Hints::put_if_absent_unhurried`],
+    /// [`Hints::delete_all_not_durable`]).
     ///
-    /// [`Bucket::put_if_absent_unhurried`]: crate::Bucket::put_if_absent_unhurried
-    /// [`Bucket::delete_all_not_durable`]: crate::Bucket::delete_all_not_durable
+    /// [`Hints::put_if_absent_unhurried`]: crate::Hints::put_if_absent_unhurried
+    /// [`Hints::delete_all_not_durable`]: crate::Hints::delete_all_not_durable
     pub(crate) unhurried: bool,
     pub(crate) reply: oneshot::Sender<Result<Option<ObjectMeta>>>,
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use wasmkeep_bucket::Bucket;
+use wasmkeep_bucket::{Bucket, hinted};
 use wasmkeep_types::{AppName, Keys};
 
 use super::args::{ViewArgs, parse_duration};
@@ -139,9 +139,7 @@ pub(super) async fn is_erased(
         return Ok(false);
     }
     let actor = wasmkeep_types::ActorId::parse(&row.actor)?;
-    let listed = bucket
-        .list_keys(&keys.actor_snapshot_prefix(&actor))
-        .await?;
+    let listed = hinted::list_keys(bucket, &keys.actor_snapshot_prefix(&actor)).await?;
     let [snapshot] = listed.as_slice() else {
         return Ok(false);
     };
