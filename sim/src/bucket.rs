@@ -5,16 +5,24 @@
 //! a request's start, its effect and its reply are three different instants,
 //! as on a real network. It also reports to the ground truth the instant each
 //! heartbeat, ownership record and log record really applied.
+//!
+//! It is an [`Around`] (ADR 0057): the node's hinted requests (a snapshot
+//! put unhurried, a record put alone, the bulk delete of compaction and of
+//! `actor delete`, a listing of keys) reach it as one request each, as
+//! they reach the folder or S3 in production, instead of as the core
+//! requests they fall back to.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use wasmkeep_bucket::{Bucket, Error, Etag, ListPage, MemoryBucket, Object, ObjectMeta, Result};
+use wasmkeep_bucket::{
+    Answer, Around, Bucket, Error, Etag, MemoryBucket, Object, ObjectMeta, Request, Result,
+};
 use wasmkeep_cluster::OwnershipRecord;
 use wasmkeep_types::Keys;
 use wasmkeep_types::heartbeat::Heartbeat;
@@ -145,7 +153,7 @@ impl SimBucket {
 impl SimBucket {
     /// Traces what an ownership-record or heartbeat read returned (the
     /// instant it was served), so a failure shows what each node saw.
-    fn note_read(&self, key: &str, result: &Result<Object>) {
+    fn note_read(&self, key: &str, result: Result<&Object, &Error>) {
         let what = if key.starts_with(&self.keys.owners_prefix()) {
             match result {
                 Ok(o) => std::str::from_utf8(&o.bytes)
@@ -188,7 +196,7 @@ impl SimBucket {
         key: &str,
         bytes: &Bytes,
         etag: Option<&Etag>,
-        result: &Result<ObjectMeta>,
+        result: Result<&ObjectMeta, &Error>,
     ) {
         if key.starts_with(&self.keys.nodes_prefix()) {
             let heartbeat = std::str::from_utf8(bytes)
@@ -237,6 +245,24 @@ fn short(e: &Error) -> String {
 }
 
 impl SimBucket {
+    /// A put of `bytes` to `key` (`created`: if absent) answered `result`:
+    /// traced, and told to the ground truth if it applied.
+    async fn wrote<T: Answer>(
+        &self,
+        key: &str,
+        bytes: &Bytes,
+        etag: Option<&Etag>,
+        created: bool,
+        result: &Result<T>,
+    ) {
+        if let Some(written) = seen(result, Answer::meta) {
+            self.note_owner_write(key, bytes, etag, written);
+        }
+        if self.did_apply(key, Some(bytes), result).await {
+            self.applied(key, Some(bytes), created);
+        }
+    }
+
     /// Whether a write of `bytes` (`None`: a delete) to `key` that returned
     /// `result` applied. The oracle has no latency, so asking it never
     /// yields to another task.
@@ -251,74 +277,77 @@ impl SimBucket {
             Err(_) => false,
         }
     }
+
+    /// Whether a bulk delete that returned `result` removed `key`: on any
+    /// error some of its keys may be gone and others not, so the oracle is
+    /// asked for each.
+    async fn did_delete_one_of_many<T>(&self, key: &str, result: &Result<T>) -> bool {
+        match result {
+            Ok(_) => true,
+            Err(_) => matches!(self.oracle.get(key).await, Err(Error::NotFound { .. })),
+        }
+    }
 }
 
-#[async_trait]
-impl Bucket for SimBucket {
-    async fn get(&self, key: &str) -> Result<Object> {
-        self.before().await;
-        let result = self.inner.get(key).await;
-        self.note_read(key, &result);
-        self.reply(result).await
+/// Every request, hinted ones included (ADR 0057): the pause first, then
+/// the request on the memory bucket, what the ground truth must learn of
+/// it, and the reply's latency. A bulk delete is one request with one
+/// reply, as it is to S3 or the folder; each of its keys is still one
+/// delete on the memory bucket (which has no bulk delete), under its
+/// faults.
+impl Around for SimBucket {
+    fn inner(&self) -> &dyn Bucket {
+        &self.inner
     }
 
-    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+    async fn around<T: Answer>(
+        &self,
+        request: Request<'_>,
+        call: impl Future<Output = Result<T>> + Send,
+    ) -> Result<T> {
         self.before().await;
-        let result = self.inner.head(key).await;
-        self.reply(result).await
-    }
-
-    async fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.before().await;
-        let result = self.inner.put_if_absent(key, bytes.clone()).await;
-        self.note_owner_write(key, &bytes, None, &result);
-        if self.did_apply(key, Some(&bytes), &result).await {
-            self.applied(key, Some(&bytes), true);
+        let result = call.await;
+        match request {
+            Request::Get { key } => {
+                if let Some(read) = seen(&result, Answer::object) {
+                    self.note_read(key, read);
+                }
+            }
+            Request::Head { .. } | Request::ListPage { .. } | Request::ListKeys { .. } => {}
+            Request::PutIfAbsent { key, bytes }
+            | Request::PutIfAbsentUnhurried { key, bytes }
+            | Request::PutIfAbsentAlone { key, bytes } => {
+                self.wrote(key, bytes, None, true, &result).await;
+            }
+            Request::PutIfMatch { key, bytes, etag } => {
+                self.wrote(key, bytes, Some(etag), false, &result).await;
+            }
+            Request::Put { key, bytes } => self.wrote(key, bytes, None, false, &result).await,
+            Request::Delete { key } | Request::DeleteIfMatch { key, .. } => {
+                if self.did_apply(key, None, &result).await {
+                    self.applied(key, None, false);
+                }
+            }
+            Request::DeleteAllNotDurable { keys } => {
+                for key in keys {
+                    if self.did_delete_one_of_many(key, &result).await {
+                        self.applied(key, None, false);
+                    }
+                }
+            }
         }
         self.reply(result).await
     }
+}
 
-    async fn put_if_match(&self, key: &str, bytes: Bytes, etag: &Etag) -> Result<ObjectMeta> {
-        self.before().await;
-        let result = self.inner.put_if_match(key, bytes.clone(), etag).await;
-        self.note_owner_write(key, &bytes, Some(etag), &result);
-        if self.did_apply(key, Some(&bytes), &result).await {
-            self.applied(key, Some(&bytes), false);
-        }
-        self.reply(result).await
-    }
-
-    async fn put(&self, key: &str, bytes: Bytes) -> Result<ObjectMeta> {
-        self.before().await;
-        let result = self.inner.put(key, bytes.clone()).await;
-        self.note_owner_write(key, &bytes, None, &result);
-        if self.did_apply(key, Some(&bytes), &result).await {
-            self.applied(key, Some(&bytes), false);
-        }
-        self.reply(result).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<()> {
-        self.before().await;
-        let result = self.inner.delete(key).await;
-        if self.did_apply(key, None, &result).await {
-            self.applied(key, None, false);
-        }
-        self.reply(result).await
-    }
-
-    async fn delete_if_match(&self, key: &str, etag: &Etag) -> Result<()> {
-        self.before().await;
-        let result = self.inner.delete_if_match(key, etag).await;
-        if self.did_apply(key, None, &result).await {
-            self.applied(key, None, false);
-        }
-        self.reply(result).await
-    }
-
-    async fn list_page(&self, prefix: &str, start_after: Option<&str>) -> Result<ListPage> {
-        self.before().await;
-        let result = self.inner.list_page(prefix, start_after).await;
-        self.reply(result).await
+/// What a wrapper can see of an answer: `look`'s part of a success (none
+/// if it has no such part), or the error.
+fn seen<'a, T, U: ?Sized>(
+    result: &'a Result<T>,
+    look: impl Fn(&'a T) -> Option<&'a U>,
+) -> Option<Result<&'a U, &'a Error>> {
+    match result {
+        Ok(answer) => look(answer).map(Ok),
+        Err(e) => Some(Err(e)),
     }
 }

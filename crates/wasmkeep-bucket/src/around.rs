@@ -116,7 +116,9 @@ impl Request<'_> {
 }
 
 /// What a request answers on success, as far as a wrapper looks into it.
-pub trait Answer: Send {
+/// `Sync` as well, so that a wrapper may keep looking at it across an
+/// await (the simulation asks its oracle about a write it answered).
+pub trait Answer: Send + Sync {
     /// The object a `get` read.
     fn object(&self) -> Option<&Object> {
         None

@@ -242,6 +242,94 @@ fn the_actor_part_of_the_server_never_imports_peering() {
     );
 }
 
+/// Where `Bucket` may be implemented directly (file, type): the three
+/// backends, and the bucket crate's implementation for every `Around`.
+/// A new backend is added here.
+const BUCKET_IMPLEMENTORS: [(&str, &str); 4] = [
+    ("crates/wasmkeep-bucket/src/memory.rs", "MemoryBucket"),
+    ("crates/wasmkeep-bucket/src/folder/mod.rs", "FolderBucket"),
+    ("crates/wasmkeep-bucket/src/s3.rs", "S3Bucket"),
+    ("crates/wasmkeep-bucket/src/around.rs", "W"),
+];
+
+/// The type a line implements `Bucket` for (`impl Bucket for X`, `impl
+/// wasmkeep_bucket::Bucket for X`, `impl<W: Around> Bucket for W`).
+fn bucket_implementor(line: &str) -> Option<&str> {
+    let line = line.trim_start();
+    if !line.starts_with("impl") {
+        return None;
+    }
+    let (before, after) = line.split_once(" for ")?;
+    let trait_path = before.rsplit(' ').next()?;
+    if trait_path != "Bucket" && !trait_path.ends_with("::Bucket") {
+        return None;
+    }
+    after.split([' ', '{', '<']).next()
+}
+
+/// Every `.rs` file under `dir`, test source and test support included,
+/// sorted (build output skipped).
+fn every_rust_file(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("a readable directory entry").path();
+            if path.is_dir() {
+                if !path.ends_with("target") {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A bucket that wraps another implements `Around`, which passes the
+/// bucket's hints on through its hook (ADR 0057). One that implemented
+/// `Bucket` by hand would compile and work, and silently take the hints
+/// away from the bucket inside (the folder's unhurried snapshots, its lone
+/// writer's puts, compaction's bulk deletes). Test source counts too: a
+/// test's wrapper that dropped them would test another path than
+/// production's.
+#[test]
+fn only_the_backends_implement_bucket_and_every_wrapper_is_around() {
+    let root = workspace();
+    let mut files = every_rust_file(&root.join("crates"));
+    files.extend(every_rust_file(&root.join("sim")));
+    let mut found = Vec::new();
+    let mut broken = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("a readable source file");
+        for (n, line) in text.lines().enumerate() {
+            let Some(implementor) = bucket_implementor(line) else {
+                continue;
+            };
+            let at = relative(&file);
+            if BUCKET_IMPLEMENTORS.contains(&(at.as_str(), implementor)) {
+                found.push(at);
+            } else {
+                broken.push(format!("{at}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    check(
+        "only the backends implement Bucket; a wrapper implements wasmkeep_bucket::Around",
+        broken,
+    );
+    assert_eq!(
+        found.len(),
+        BUCKET_IMPLEMENTORS.len(),
+        "the scan finds every backend: {found:?}"
+    );
+}
+
 /// The rules' scans find what they look for: each check, run on a line
 /// that breaks it, reports it (so a rule that matches nothing cannot pass
 /// by accident).
@@ -260,6 +348,15 @@ fn each_rule_catches_a_line_that_breaks_it() {
     assert!(KEY_SEGMENTS.iter().any(|s| lines[1].1.contains(s)));
     assert!(CLIENT_BUILDERS.iter().any(|b| lines[2].1.contains(b)));
     assert!(lines[3].1.contains("peering::"));
+    assert_eq!(
+        bucket_implementor("impl wasmkeep_bucket::Bucket for Wrapper {"),
+        Some("Wrapper")
+    );
+    assert_eq!(
+        bucket_implementor("impl<W: Around> Bucket for W {"),
+        Some("W")
+    );
+    assert_eq!(bucket_implementor("impl Around for Wrapper {"), None);
     let commented = dir.path().join("commented.rs");
     std::fs::write(&commented, "let url = \"http://x\"; // wasmtime::Engine\n").expect("writable");
     let lines = code_lines(&commented);
