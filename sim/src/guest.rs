@@ -125,7 +125,7 @@ impl SimInstance {
         let Some(node) = self.ctx.node.lock().upgrade() else {
             return Err(EventError::Trap("the node is not started yet".into()));
         };
-        let incarnation = node.lease.incarnation();
+        let incarnation = node.peering.lease.incarnation();
         let actor = self.actor.to_string();
         let mut truth = self.ctx.truth.lock();
         truth.log(

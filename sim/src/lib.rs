@@ -333,7 +333,10 @@ impl World {
                     Ok(node) => {
                         world.truth.lock().log(
                             node.name(),
-                            format!("started, incarnation {}", node.node.lease.incarnation()),
+                            format!(
+                                "started, incarnation {}",
+                                node.node.peering.lease.incarnation()
+                            ),
                         );
                         let mut slot = world.slots[index].lock();
                         slot.node = Some(node);
@@ -535,8 +538,8 @@ async fn check_drained(world: &Arc<World>) {
         if bucket.head(&key).await.is_err() {
             continue;
         }
-        let state = node.node.drain.state();
-        let resident = node.node.resident_count();
+        let state = node.node.peering.drain.state();
+        let resident = node.node.residents.count();
         world.truth.lock().log(
             node.name(),
             format!("drain key present: state {state:?}, {resident} resident"),

@@ -172,10 +172,4 @@ impl NodeConfig {
             }
         }
     }
-
-    pub fn serves_class(&self, class: &ClassName) -> bool {
-        self.classes
-            .as_ref()
-            .is_none_or(|list| list.contains(class))
-    }
 }

@@ -22,6 +22,7 @@ pub mod actor;
 pub mod config;
 pub mod error;
 pub mod front;
+mod lifecycle;
 pub mod node;
 pub mod ops;
 pub mod parts;

@@ -5,6 +5,7 @@
 //! alarms delivered here or handed to the holder. The node's glue between
 //! its parts: it may use each of them.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -16,8 +17,9 @@ use wasmkeep_types::heartbeat::DrainState;
 use wasmkeep_types::{ActorId, NodeId};
 
 use crate::actor::alarms::Fire;
-use crate::actor::mailbox::Job;
-use crate::actor::residents::{Activation, Entry};
+use crate::actor::mailbox;
+use crate::actor::orders::Job;
+use crate::actor::residents::{Activation, Entry, Stub};
 use crate::node::{Node, Owner};
 use crate::peering::forward::{self, HandBack, Hop, Routed};
 use crate::wait_cell::WaitCell;
@@ -35,7 +37,7 @@ impl Node {
         let stub = loop {
             // `None`: look elsewhere first (the node drains).
             let waiter: Option<Arc<WaitCell<bool>>> = {
-                let mut actors = self.actors.lock();
+                let mut actors = self.residents.lock();
                 match actors.get(actor) {
                     Some(Entry::Live(stub)) => {
                         // The actor's own hint answers first.
@@ -50,9 +52,12 @@ impl Node {
                     }
                     Some(Entry::Leaving(released)) => Some(Arc::clone(released)),
                     None => {
-                        let drain_look = !drain_looked && self.drain.is_active();
-                        let class = self.class(&actor.class);
-                        let (move_target, hint) = (self.moves.target(actor), self.hints.get(actor));
+                        let drain_look = !drain_looked && self.peering.drain.is_active();
+                        let class = self.classes.get(&actor.class);
+                        let (move_target, hint) = (
+                            self.peering.moves.target(actor),
+                            self.peering.hints.get(actor),
+                        );
                         let facts = placement::Facts {
                             node: &self.node_id,
                             shutting_down: self.is_shutting_down(),
@@ -61,7 +66,7 @@ impl Node {
                             move_target: move_target.as_ref(),
                             hint: hint.as_ref(),
                         };
-                        match placement::place(&facts, || self.lease.is_valid()) {
+                        match placement::place(&facts, || self.peering.lease.is_valid()) {
                             Placement::ShuttingDown => {
                                 return Err(Error::unavailable("the node is shutting down"));
                             }
@@ -82,7 +87,7 @@ impl Node {
                             }
                             Placement::Here => {
                                 if actors.len() >= self.config.actors_max {
-                                    self.evict_lru(&actors)?;
+                                    self.residents.evict_lru(&actors)?;
                                 }
                                 let stub = self.spawn_stub(actor.clone());
                                 actors.insert(actor.clone(), Entry::Live(Arc::clone(&stub)));
@@ -130,8 +135,8 @@ impl Node {
     /// Forgets the owner hints for `actor`, the node's and its stub's: the
     /// record decides the next time.
     pub(crate) fn forget_hints(&self, actor: &ActorId) {
-        self.hints.forget(actor);
-        if let Some(Entry::Live(stub)) = self.actors.lock().get(actor) {
+        self.peering.hints.forget(actor);
+        if let Some(Entry::Live(stub)) = self.residents.lock().get(actor) {
             stub.hint.forget();
         }
     }
@@ -144,8 +149,8 @@ impl Node {
             self.forget_hints(actor);
             return;
         }
-        self.hints.learn(actor, holder);
-        if let Some(Entry::Live(stub)) = self.actors.lock().get(actor) {
+        self.peering.hints.learn(actor, holder);
+        if let Some(Entry::Live(stub)) = self.residents.lock().get(actor) {
             stub.hint.learn(holder, self.clock.now());
         }
     }
@@ -155,13 +160,13 @@ impl Node {
     /// hashing on the actor id (which claims it on the first event).
     /// `None` when no eligible peer exists: the node keeps serving.
     async fn drain_route(&self, actor: &ActorId) -> Result<Option<Owner>> {
-        if let Some(holder) = self.ownership.holder(actor).await?
+        if let Some(holder) = self.peering.ownership.holder(actor).await?
             && holder != self.node_id
         {
-            self.hints.learn(actor, &holder);
+            self.peering.hints.learn(actor, &holder);
             return self.elsewhere(actor, holder).map(Some);
         }
-        Ok(self.peers.choose(actor).map(|p| Owner::Elsewhere {
+        Ok(self.peering.peers.choose(actor).map(|p| Owner::Elsewhere {
             peer: p.heartbeat.node,
             url: p.heartbeat.advertise,
         }))
@@ -170,7 +175,7 @@ impl Node {
     /// `Elsewhere` for `peer`, with its advertised URL, or 503 when its
     /// heartbeat was never seen.
     fn elsewhere(&self, actor: &ActorId, peer: NodeId) -> Result<Owner> {
-        match self.peers.get(&peer) {
+        match self.peering.peers.get(&peer) {
             Some(p) => Ok(Owner::Elsewhere {
                 peer,
                 url: p.heartbeat.advertise,
@@ -246,7 +251,7 @@ impl Node {
                     else {
                         return Err(Error::Runtime("a request job is a request".into()));
                     };
-                    if matches!(hop, Hop::Forwarded { .. }) && self.drain.is_active() {
+                    if matches!(hop, Hop::Forwarded { .. }) && self.peering.drain.is_active() {
                         // Sending it on would be a second hop. Nothing ran
                         // here: the sender, which is not draining, may claim
                         // the actor itself and run the request.
@@ -259,6 +264,7 @@ impl Node {
                     // back: it drains (as this node last saw it: its drain
                     // may have begun since) or the copy is cheap.
                     let holder_drains = self
+                        .peering
                         .peers
                         .get(&peer)
                         .is_some_and(|p| p.heartbeat.drain != DrainState::None);
@@ -333,7 +339,7 @@ impl Node {
         request: Request,
         chain: Vec<ActorId>,
     ) -> Result<Response> {
-        let caller_stub = match self.actors.lock().get(caller) {
+        let caller_stub = match self.residents.lock().get(caller) {
             Some(Entry::Live(stub)) => Some(Arc::clone(stub)),
             _ => None,
         };
@@ -370,7 +376,7 @@ impl Node {
         }
         let mut at = actor.clone();
         for _ in 0..WAITS_FOR_STEPS_MAX {
-            let next = match self.actors.lock().get(&at) {
+            let next = match self.residents.lock().get(&at) {
                 Some(Entry::Live(stub)) => stub.waiting_on.lock().clone(),
                 _ => None,
             }?;
@@ -470,8 +476,8 @@ impl Node {
                 tracing::warn!(key = %meta.key, "alarm index key does not parse; skipped");
                 continue;
             };
-            if !self.config.serves_class(&actor.class)
-                || self.actors.lock().contains_key(&actor)
+            if !self.classes.serves(&actor.class)
+                || self.residents.lock().contains_key(&actor)
                 || self.timer.contains(&actor)
             {
                 continue;
@@ -493,5 +499,23 @@ impl Node {
             }
         }
         Ok(())
+    }
+}
+
+impl Node {
+    /// A new stub for `id` and its mailbox task, whose panic is contained
+    /// (see [`Residents::mailbox_panicked`](crate::actor::residents::Residents::mailbox_panicked)).
+    pub(crate) fn spawn_stub(self: &Arc<Self>, id: ActorId) -> Arc<Stub> {
+        let (tx, rx) = mpsc::channel(self.config.limits.mailbox_events_max);
+        let stub = Stub::new(id, tx, self.clock.wall_ms());
+        let node = Arc::clone(self);
+        let guarded = Arc::clone(&stub);
+        tokio::spawn(async move {
+            let run = mailbox::run(Arc::clone(&node), Arc::clone(&guarded), rx);
+            if let Err(panic) = futures::FutureExt::catch_unwind(AssertUnwindSafe(run)).await {
+                node.residents.mailbox_panicked(&guarded, &*panic);
+            }
+        });
+        stub
     }
 }

@@ -166,7 +166,7 @@ async fn a_request_to_a_non_owner_is_forwarded_and_answered() {
         Some("n1"),
         "the owner ran the event"
     );
-    assert_eq!(b.node.resident_count(), 0, "the non-owner holds nothing");
+    assert_eq!(b.node.residents.count(), 0, "the non-owner holds nothing");
     let metrics = send(&b.addr, "GET", "/_wasmkeep/metrics", Vec::new())
         .await
         .text();
@@ -199,19 +199,19 @@ async fn the_actors_own_hint_answers_first_expires_after_one_second_and_is_forgo
     let n2 = NodeId::new("n2").unwrap();
     // `Elsewhere` needs the peer's address: wait for n2's heartbeat.
     for _ in 0..200 {
-        if a.node.peers.get(&n2).is_some() {
+        if a.node.peering.peers.get(&n2).is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(a.node.peers.get(&n2).is_some(), "n1 never saw n2");
+    assert!(a.node.peering.peers.get(&n2).is_some(), "n1 never saw n2");
 
     // The stub's hint answers, though the node's map has none.
     let learned = tokio::time::Instant::now();
     stub.hint.learn(&n2, learned);
     assert_eq!(owner_seen_by(&a.node, &actor).await.as_deref(), Some("n2"));
     assert_eq!(
-        a.node.hints.get(&actor),
+        a.node.peering.hints.get(&actor),
         None,
         "the answer came from the stub"
     );
@@ -317,8 +317,20 @@ async fn a_heartbeat_that_does_not_parse_is_ignored() {
             .status,
         200
     );
-    assert!(a.node.peers.get(&NodeId::new("garbage").unwrap()).is_none());
-    assert!(a.node.peers.get(&NodeId::new("n2").unwrap()).is_some());
+    assert!(
+        a.node
+            .peering
+            .peers
+            .get(&NodeId::new("garbage").unwrap())
+            .is_none()
+    );
+    assert!(
+        a.node
+            .peering
+            .peers
+            .get(&NodeId::new("n2").unwrap())
+            .is_some()
+    );
     let r = send_until_served(&b.addr, "POST", "/demo/counter/hb/increment").await;
     assert_eq!(r.status, 200, "{}", r.text());
     a.node.shutdown(Duration::from_secs(10)).await;
@@ -366,7 +378,7 @@ async fn an_alarm_that_fires_on_a_non_owner_is_handed_off_and_runs_once() {
     }
     assert_eq!(fired, "1", "the alarm ran once, on the owner");
     assert_eq!(
-        c.node.resident_count(),
+        c.node.residents.count(),
         0,
         "the non-owner did not take the actor"
     );
@@ -404,7 +416,7 @@ async fn a_node_cut_off_from_the_bucket_stops_serving_and_comes_back() {
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    while a.node.resident_count() > 0 {
+    while a.node.residents.count() > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let r = send(&a.addr, "POST", path, Vec::new()).await;
@@ -428,7 +440,7 @@ async fn wait_for_peers(node: &Arc<Node>, peers: &[&str]) {
     for peer in peers {
         let peer = NodeId::new(*peer).unwrap();
         let mut tries = 0;
-        while node.peers.get(&peer).is_none() {
+        while node.peering.peers.get(&peer).is_none() {
             tries += 1;
             assert!(tries < 600, "{} never saw {peer}", node.node_id);
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -489,7 +501,7 @@ async fn a_stale_hint_is_handed_back_naming_the_holder_and_served_there() {
     let mut handed_back = 0;
     for _ in 0..20 {
         let loops = forward_loops(&b).await;
-        c.node.hints.learn(&actor, &n2);
+        c.node.peering.hints.learn(&actor, &n2);
         let r = send(&c.addr, "POST", path, Vec::new()).await;
         assert_eq!(r.status, 200, "served through a stale hint: {}", r.text());
         assert_eq!(r.header("x-wasmkeep-node"), Some("n1"));
@@ -510,7 +522,7 @@ async fn a_stale_hint_is_handed_back_naming_the_holder_and_served_there() {
     let socket_path = "/demo/counter/stale/ws";
     for _ in 0..20 {
         let loops = forward_loops(&b).await;
-        c.node.hints.learn(&actor, &n2);
+        c.node.peering.hints.learn(&actor, &n2);
         let (node, answer) = socket_increment(&c.addr, socket_path).await;
         assert_eq!(node.as_deref(), Some("n1"), "the socket's events run on n1");
         count += 1;
@@ -521,8 +533,8 @@ async fn a_stale_hint_is_handed_back_naming_the_holder_and_served_there() {
         }
     }
     assert_eq!(handed_back, 2, "n2 never handed the socket back");
-    assert_eq!(b.node.resident_count(), 0, "n2 took nothing");
-    assert_eq!(c.node.resident_count(), 0, "n3 took nothing");
+    assert_eq!(b.node.residents.count(), 0, "n2 took nothing");
+    assert_eq!(c.node.residents.count(), 0, "n3 took nothing");
     for node in [a, b, c] {
         node.node.shutdown(Duration::from_secs(10)).await;
     }
@@ -701,7 +713,7 @@ async fn a_delete_pass_that_may_hold_the_record_gives_it_back() {
     let nodes = keys.nodes_prefix();
     log.wait_for(|p| p[lost_at..].iter().filter(|x| **x == nodes).count() >= 2)
         .await;
-    let record = a.node.ownership.read(&actor).await.unwrap();
+    let record = a.node.peering.ownership.read(&actor).await.unwrap();
     assert!(
         record.as_ref().is_none_or(|(r, _)| !r.held),
         "the record was given back: {record:?}"
@@ -730,7 +742,7 @@ async fn an_activation_whose_acquire_may_have_landed_gives_the_record_back() {
     let nodes = keys.nodes_prefix();
     log.wait_for(|p| p[lost_at..].iter().filter(|x| **x == nodes).count() >= 2)
         .await;
-    let record = a.node.ownership.read(&actor).await.unwrap();
+    let record = a.node.peering.ownership.read(&actor).await.unwrap();
     assert!(
         record.as_ref().is_none_or(|(r, _)| !r.held),
         "the record was given back: {record:?}"

@@ -217,7 +217,7 @@ async fn a_start_whose_class_loads_outlast_the_lease_ttl_keeps_its_lease() {
         ..Faults::default()
     };
     let node = start(config, bucket, faults).await.unwrap();
-    assert!(node.lease.is_valid());
+    assert!(node.peering.lease.is_valid());
     let actor = ActorId::parse("demo/counter/slow-start").unwrap();
     assert_eq!(send(&node, &actor, "/increment").await.unwrap(), "1");
     node.shutdown(Duration::from_secs(5)).await;
@@ -249,7 +249,7 @@ async fn a_class_still_compiling_or_failed_to_load_asks_its_clients_to_retry_the
     deploy(&*bucket, "tally").await;
     let poll = tokio::spawn({
         let node = Arc::clone(&node);
-        async move { classes::poll(&node).await }
+        async move { node.poll_classes().await }
     });
     started.acquire().await.unwrap().forget();
     let actor = ActorId::parse("demo/tally/early").unwrap();
@@ -288,7 +288,7 @@ async fn a_class_still_compiling_or_failed_to_load_asks_its_clients_to_retry_the
         .fail_loads
         .store(false, std::sync::atomic::Ordering::SeqCst);
     permits.add_permits(1);
-    classes::poll(&node).await.unwrap();
+    node.poll_classes().await.unwrap();
     assert_eq!(send(&node, &actor, "/increment").await.unwrap(), "1");
     node.shutdown(Duration::from_secs(5)).await;
 }

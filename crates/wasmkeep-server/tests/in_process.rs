@@ -115,7 +115,7 @@ async fn shutdown_releases_every_ownership_record() {
         3
     );
     node.shutdown(std::time::Duration::from_secs(30)).await;
-    assert_eq!(node.resident_count(), 0);
+    assert_eq!(node.residents.count(), 0);
     assert!(
         bucket
             .list(&node.keys.owners_prefix())

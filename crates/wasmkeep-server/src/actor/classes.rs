@@ -2,8 +2,11 @@
 //! and every node polls the `current` keys to load new versions. A resident
 //! actor switches to a new version at its next event boundary.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+use parking_lot::{Mutex, RwLock};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -14,11 +17,117 @@ use wasmkeep_runtime::Runtime;
 use wasmkeep_types::{ClassName, Keys};
 
 use crate::actor::guest::{GuestClass, GuestEngine, WasmtimeEngine};
-use crate::node::{ClassPending, Node};
+use crate::ops::metrics::Metrics;
 use crate::{Error, Result};
 
 /// Longest digest text read from a `current` key.
 const DIGEST_BYTES_MAX: usize = 128;
+
+/// Retry-After for a request to a class still compiling here: a Rust
+/// component compiles in about a second, a JavaScript one in ~16 s.
+const CLASS_LOADING_RETRY_AFTER_S: u32 = 2;
+
+/// A deployed class with no version loaded on this node.
+#[derive(Debug, Clone)]
+enum ClassPending {
+    Loading,
+    /// Its last load failed, for this reason; the next poll tries again.
+    Failed(String),
+}
+
+/// The classes this node serves and the version of each loaded here. A
+/// handle of the node; [`Classes::poll`] keeps it up to date with the
+/// bucket's `current` keys.
+pub struct Classes {
+    /// Loads classes and runs guests (wasmtime, or the simulation's actor).
+    engine: Arc<dyn GuestEngine>,
+    /// `--classes`: the only classes served here; `None`: every class.
+    served: Option<Vec<ClassName>>,
+    loaded: RwLock<HashMap<ClassName, Arc<dyn GuestClass>>>,
+    /// Deployed classes with no version loaded here yet, being loaded or
+    /// failed to load: their requests are asked to retry, not told the
+    /// class does not exist.
+    pending: Mutex<HashMap<ClassName, ClassPending>>,
+}
+
+impl Classes {
+    pub(crate) fn new(engine: Arc<dyn GuestEngine>, served: Option<Vec<ClassName>>) -> Self {
+        Self {
+            engine,
+            served,
+            loaded: RwLock::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The engine that loads classes and runs guests.
+    pub fn engine(&self) -> &Arc<dyn GuestEngine> {
+        &self.engine
+    }
+
+    /// Whether this node serves `class` (`--classes`).
+    pub fn serves(&self, class: &ClassName) -> bool {
+        self.served.as_ref().is_none_or(|list| list.contains(class))
+    }
+
+    /// The class's loaded version; "unknown class" when it is not served
+    /// here or not deployed, "retry" while its first version loads here.
+    pub fn get(&self, class: &ClassName) -> Result<Arc<dyn GuestClass>> {
+        if !self.serves(class) {
+            return Err(Error::UnknownClass(class.to_string()));
+        }
+        if let Some(component) = self.loaded.read().get(class) {
+            return Ok(Arc::clone(component));
+        }
+        let reason = match self.pending.lock().get(class) {
+            None => return Err(Error::UnknownClass(class.to_string())),
+            Some(ClassPending::Loading) => {
+                format!("class {class} was just deployed and is being compiled here")
+            }
+            Some(ClassPending::Failed(why)) => format!(
+                "class {class} is deployed but did not load on this node ({why}); it is tried again every heartbeat period"
+            ),
+        };
+        Err(Error::Unavailable {
+            reason,
+            retry_after_s: CLASS_LOADING_RETRY_AFTER_S,
+        })
+    }
+
+    /// Notes where the load of `class`'s first version here stands; `None`
+    /// once a version is loaded.
+    fn set_pending(&self, class: &ClassName, pending: Option<ClassPending>) {
+        let mut map = self.pending.lock();
+        match pending {
+            Some(pending) => {
+                map.insert(class.clone(), pending);
+            }
+            None => {
+                map.remove(class);
+            }
+        }
+    }
+
+    /// The digest of the class's loaded version.
+    pub(crate) fn digest(&self, class: &ClassName) -> Option<String> {
+        self.loaded.read().get(class).map(|c| c.digest().to_owned())
+    }
+
+    /// Makes `component` the class's loaded version.
+    pub(crate) fn set(&self, class: ClassName, component: Arc<dyn GuestClass>) {
+        self.loaded.write().insert(class, component);
+    }
+
+    /// The classes this node has loaded and serves.
+    pub(crate) fn loaded(&self) -> Vec<ClassName> {
+        self.loaded
+            .read()
+            .keys()
+            .filter(|c| self.serves(c))
+            .cloned()
+            .collect()
+    }
+}
 
 /// Validates `bytes` with the runtime, then stores them and makes them the
 /// class's current version. A refused component stores nothing. Returns the digest.
@@ -121,63 +230,71 @@ pub async fn load(
     Ok(component)
 }
 
-/// Loads every class whose current version differs from the loaded one.
-/// A class that fails to load keeps serving its previous version. The
-/// loads run side by side, one per core (each deserializes or compiles on a
-/// blocking thread), and each class serves its new version as soon as that
-/// one is loaded: a slow compile holds back no other class. A class with no
-/// version here yet answers "retry" while it loads, or after its load
-/// failed (the next poll tries again), not "unknown class". A starting node
-/// serves once all are loaded.
-pub async fn poll(node: &Arc<Node>) -> Result<()> {
-    let metas = node.bucket.list(&node.keys.classes_prefix()).await?;
-    let mut changed = Vec::new();
-    for meta in metas {
-        let Some(class) = node.keys.parse_class_current_key(&meta.key) else {
-            continue;
-        };
-        if !node.config.serves_class(&class) {
-            continue;
-        }
-        let object = match node.bucket.get(&meta.key).await {
-            Ok(object) => object,
-            Err(wasmkeep_bucket::Error::NotFound { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let digest = digest_text(&object.bytes);
-        if node.class_digest(&class).as_deref() == Some(digest.as_str()) {
-            continue;
-        }
-        changed.push((class, digest));
-    }
-    for (class, _) in &changed {
-        if node.class_digest(class).is_none() {
-            node.set_class_pending(class, Some(ClassPending::Loading));
-        }
-    }
-    // As many at once as there are cores: a first start compiles every
-    // class, and each compile holds its own working memory.
-    let side_by_side = std::thread::available_parallelism().map_or(1, usize::from);
-    let mut loads = futures::stream::iter(changed.into_iter().map(|(class, digest)| async move {
-        let loaded = load(&*node.bucket, &node.keys, &*node.guest, &class, &digest).await;
-        (class, digest, loaded)
-    }))
-    .buffer_unordered(side_by_side);
-    while let Some((class, digest, loaded)) = loads.next().await {
-        match loaded {
-            Ok(component) => {
-                tracing::info!(%class, %digest, from_cache = component.was_cached(), "class version loaded");
-                node.metrics.class_loads.fetch_add(1, Ordering::Relaxed);
-                node.set_class(class.clone(), component);
-                node.set_class_pending(&class, None);
+impl Classes {
+    /// Loads every class whose current version differs from the loaded one.
+    /// A class that fails to load keeps serving its previous version. The
+    /// loads run side by side, one per core (each deserializes or compiles on a
+    /// blocking thread), and each class serves its new version as soon as that
+    /// one is loaded: a slow compile holds back no other class. A class with no
+    /// version here yet answers "retry" while it loads, or after its load
+    /// failed (the next poll tries again), not "unknown class". A starting node
+    /// serves once all are loaded.
+    pub(crate) async fn poll(
+        &self,
+        bucket: &dyn Bucket,
+        keys: &Keys,
+        metrics: &Metrics,
+    ) -> Result<()> {
+        let metas = bucket.list(&keys.classes_prefix()).await?;
+        let mut changed = Vec::new();
+        for meta in metas {
+            let Some(class) = keys.parse_class_current_key(&meta.key) else {
+                continue;
+            };
+            if !self.serves(&class) {
+                continue;
             }
-            Err(e) => {
-                tracing::error!(%class, %digest, error = %e, "class version not loaded; the previous one keeps serving");
-                if node.class_digest(&class).is_none() {
-                    node.set_class_pending(&class, Some(ClassPending::Failed(e.to_string())));
+            let object = match bucket.get(&meta.key).await {
+                Ok(object) => object,
+                Err(wasmkeep_bucket::Error::NotFound { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let digest = digest_text(&object.bytes);
+            if self.digest(&class).as_deref() == Some(digest.as_str()) {
+                continue;
+            }
+            changed.push((class, digest));
+        }
+        for (class, _) in &changed {
+            if self.digest(class).is_none() {
+                self.set_pending(class, Some(ClassPending::Loading));
+            }
+        }
+        // As many at once as there are cores: a first start compiles every
+        // class, and each compile holds its own working memory.
+        let side_by_side = std::thread::available_parallelism().map_or(1, usize::from);
+        let mut loads =
+            futures::stream::iter(changed.into_iter().map(|(class, digest)| async move {
+                let loaded = load(bucket, keys, &*self.engine, &class, &digest).await;
+                (class, digest, loaded)
+            }))
+            .buffer_unordered(side_by_side);
+        while let Some((class, digest, loaded)) = loads.next().await {
+            match loaded {
+                Ok(component) => {
+                    tracing::info!(%class, %digest, from_cache = component.was_cached(), "class version loaded");
+                    metrics.class_loads.fetch_add(1, Ordering::Relaxed);
+                    self.set(class.clone(), component);
+                    self.set_pending(&class, None);
+                }
+                Err(e) => {
+                    tracing::error!(%class, %digest, error = %e, "class version not loaded; the previous one keeps serving");
+                    if self.digest(&class).is_none() {
+                        self.set_pending(&class, Some(ClassPending::Failed(e.to_string())));
+                    }
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
 }

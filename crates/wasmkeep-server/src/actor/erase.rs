@@ -16,7 +16,7 @@ use crate::node::Node;
 pub(crate) async fn delete_data(node: &Node, actor: &ActorId) -> Result<()> {
     let writer = wasmkeep_store::WriterId {
         node: node.node_id.to_string(),
-        incarnation: node.lease.incarnation(),
+        incarnation: node.peering.lease.incarnation(),
     };
     if wasmkeep_cluster::planted::erase_frees_numbers() {
         for listed in
@@ -31,7 +31,7 @@ pub(crate) async fn delete_data(node: &Node, actor: &ActorId) -> Result<()> {
             &node.keys,
             actor,
             &writer,
-            &node.store_config,
+            &node.residents.store_config,
         )
         .await
         .map_err(|e| crate::Error::Store(e.to_string()))?;

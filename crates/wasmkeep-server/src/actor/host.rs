@@ -4,65 +4,14 @@
 //! One per resident actor, owned by its instance and reached by the mailbox
 //! through `as_any`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-use tokio::sync::mpsc;
 use wasmkeep_runtime::{ActorHost, LogLevel, Message, Request, Response, SqlRows, SqlValue};
 use wasmkeep_store::ActorStore;
 use wasmkeep_types::{ActorId, ClassName};
 
+use crate::actor::socket_table::{Outgoing, SharedSockets};
 use crate::node::Node;
-
-/// Something to write to one WebSocket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outgoing {
-    Message(Message),
-    Close(u16, String),
-}
-
-/// One open WebSocket of an actor.
-#[derive(Debug)]
-pub struct SocketEntry {
-    pub tx: mpsc::Sender<Outgoing>,
-    pub tag: Option<String>,
-    /// The actor closed it (a committed event did): no longer listed, no
-    /// longer sent to, while the client answers the close.
-    pub closing: bool,
-}
-
-/// An actor's open WebSockets, shared by its host (guest calls) and the
-/// sockets' tasks (which add and remove themselves).
-#[derive(Debug, Default)]
-pub struct SocketTable {
-    pub sockets: BTreeMap<u64, SocketEntry>,
-    /// Sockets a hand-over took from the table that are still finishing
-    /// their close handshake (each socket's task counts itself out).
-    pub closing: usize,
-}
-
-impl SocketTable {
-    /// Takes every socket out of the table; they count as closing until
-    /// their tasks finish the close handshake.
-    pub fn take_for_close(&mut self) -> BTreeMap<u64, SocketEntry> {
-        let taken = std::mem::take(&mut self.sockets);
-        self.closing += taken.len();
-        taken
-    }
-
-    /// Removes socket `id`. False when a hand-over took it: then it no
-    /// longer counts as closing.
-    pub fn remove_closed(&mut self, id: u64) -> bool {
-        let removed = self.sockets.remove(&id).is_some();
-        if !removed {
-            self.closing = self.closing.saturating_sub(1);
-        }
-        removed
-    }
-}
-
-pub type SharedSockets = Arc<Mutex<SocketTable>>;
 
 pub struct NodeHost {
     node: Arc<Node>,
@@ -316,6 +265,32 @@ impl ActorHost for NodeHost {
     fn as_any(&mut self) -> &mut dyn std::any::Any {
         self
     }
+}
+
+/// Why an actor's answer cannot be sent, if it cannot: a status outside
+/// 200-599, or a header name or value HTTP does not allow. The mailbox
+/// checks it before it commits the event, so such an event keeps nothing.
+pub(crate) fn check_response(response: &Response) -> std::result::Result<(), String> {
+    if !(200..=599).contains(&response.status) {
+        return Err(format!(
+            "the actor answered with status {}, not one from 200 to 599",
+            response.status
+        ));
+    }
+    for (name, value) in &response.headers {
+        if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(format!(
+                "the actor answered with an invalid header name {name:?}"
+            ));
+        }
+        if hyper::header::HeaderValue::from_str(value).is_err() {
+            return Err(format!(
+                "the actor answered with an invalid value for header {name:?} \
+                 (visible ASCII, spaces and tabs only)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use wasmkeep_bucket::Etag;
 use wasmkeep_cluster::{AcquireOutcome, LeaseReturn, planted};
-use wasmkeep_runtime::{EventError, Message, Request, Response};
+use wasmkeep_runtime::{EventError, Response};
 use wasmkeep_store::{ActorStore, OutputGate, WriterId};
 use wasmkeep_types::ActorId;
 use wasmkeep_types::heartbeat::DrainState;
@@ -18,58 +18,13 @@ use wasmkeep_types::heartbeat::DrainState;
 use crate::actor::alarms::{Fire, retry_delay};
 use crate::actor::erase::delete_data;
 use crate::actor::guest::GuestInstance;
-use crate::actor::host::{NodeHost, Outgoing};
-pub(crate) use crate::actor::orders::{DeleteOrder, MoveOrder, MoveOutcome, MoveReply};
+use crate::actor::host::NodeHost;
+pub(crate) use crate::actor::orders::{DeleteOrder, Job, MoveOrder, MoveOutcome, MoveReply, Reply};
+use crate::actor::socket_table::{
+    CLOSE_HANDSHAKE_TIME_MAX, CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, CLOSE_SERVICE_RESTART, Outgoing,
+};
 use crate::node::{Activation, Node, Stub};
 use crate::{Error, Result};
-
-/// Close code sent to WebSocket clients when the node shuts down.
-pub const CLOSE_SERVICE_RESTART: u16 = 1012;
-/// WebSocket close code: a normal closure (the actor was deleted).
-pub const CLOSE_NORMAL: u16 = 1000;
-/// Close code when the actor's store failed and the actor was dropped.
-pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
-
-pub(crate) type Reply = oneshot::Sender<Result<Response>>;
-
-/// One unit of work for an actor. A mailbox's channel carries it boxed (one
-/// allocation per job, the request inside it): the channel allocates room for
-/// 32 jobs up front, and jobs inline held 2.7 KiB per resident actor
-/// (ADR 0038).
-pub(crate) enum Job {
-    Request {
-        request: Request,
-        /// The actors waiting on this event, the target last.
-        chain: Vec<ActorId>,
-        reply: Option<Reply>,
-        started: Instant,
-    },
-    Alarm(Fire),
-    SocketMessage {
-        id: u64,
-        message: Message,
-    },
-    SocketClose {
-        id: u64,
-        code: u16,
-        reason: String,
-    },
-    /// Hibernate now if idle (LRU eviction).
-    Hibernate,
-    /// Hand the actor over now, after the events queued before this job
-    /// (the node drains, ADR 0014).
-    Drain,
-    /// Hand the actor over for a move (ADR 0017), unless the attempt
-    /// `token` was given up meanwhile or a socket is open.
-    Move {
-        order: Box<dyn MoveOrder>,
-        reply: MoveReply,
-    },
-    /// Delete the actor (ADR 0055): hand it over now, after the events
-    /// queued before this job, deleting its data before its ownership
-    /// record is released, if the order still stands when the job runs.
-    Delete(Box<dyn DeleteOrder>),
-}
 
 /// A finished event waiting for its output gate.
 struct Delivery {
@@ -153,13 +108,13 @@ pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver
                     }
                 }
             };
-            let released = node.begin_leaving(&stub, false, true);
+            let released = node.residents.begin_leaving(&stub, false, true);
             stub.activation.set(outcome);
             rx.close();
             while let Ok(job) = rx.try_recv() {
                 fail_job(&node, *job, &e);
             }
-            node.end_leaving(&stub, released);
+            node.residents.end_leaving(&stub, released);
             return;
         }
     };
@@ -171,19 +126,20 @@ pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver
 /// `Err(HeldElsewhere)` (and a hint) when another node holds the actor.
 async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
     let actor = &stub.id;
-    let component = node.class(&actor.class)?;
-    let hold = match node.ownership.acquire(actor).await {
+    let component = node.classes.get(&actor.class)?;
+    let hold = match node.peering.ownership.acquire(actor).await {
         Ok(AcquireOutcome::Acquired { etag }) => etag,
         Ok(AcquireOutcome::HeldBy { node: other }) => {
             // No hint for a draining holder: it is about to release, and a
             // hint would send events back to it for a second after that,
             // where the one-hop rule can only answer 503.
             let draining = node
+                .peering
                 .peers
                 .get(&other)
                 .is_some_and(|p| p.heartbeat.drain != DrainState::None);
             if !draining {
-                node.hints.learn(actor, &other);
+                node.peering.hints.learn(actor, &other);
             }
             return Err(Error::HeldElsewhere { node: other });
         }
@@ -196,20 +152,20 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
             // The write may have landed (its answer lost, the re-read
             // failed): the leftovers give the record back if it names this
             // incarnation, as for a failed release (ADR 0020).
-            node.leftovers.add(node, actor);
+            node.peering.leftovers.add(node, actor);
             return Err(e.into());
         }
     };
-    node.hints.forget(actor);
+    node.peering.hints.forget(actor);
     let opened = ActorStore::open(
         Arc::clone(&node.bucket),
         node.keys.clone(),
         actor.clone(),
         WriterId {
             node: node.node_id.to_string(),
-            incarnation: node.lease.incarnation(),
+            incarnation: node.peering.lease.incarnation(),
         },
-        node.store_config.clone(),
+        node.residents.store_config.clone(),
     )
     .await;
     let store = match opened {
@@ -259,7 +215,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
 }
 
 async fn release_hold(node: &Node, actor: &ActorId, hold: &Etag) -> LeaseReturn {
-    let returned = node.ownership.release(actor, hold).await;
+    let returned = node.peering.ownership.release(actor, hold).await;
     if returned == LeaseReturn::Failed {
         tracing::warn!(%actor, "ownership record not released; it expires with this node's lease");
     }
@@ -323,7 +279,7 @@ fn deliver(node: &Node, stub: &Stub, delivery: Delivery, durable: wasmkeep_store
     // 5019 of move_under_concurrent_events_with_an_alarm_due: an
     // acknowledged alarm the new owner never saw.)
     let durable = match durable {
-        Ok(()) if stub.is_fenced() || !node.lease.is_valid() => {
+        Ok(()) if stub.is_fenced() || !node.peering.lease.is_valid() => {
             Err("it became durable after this node's lease ran out".to_owned())
         }
         Ok(()) => Ok(()),
@@ -367,9 +323,9 @@ fn deliver(node: &Node, stub: &Stub, delivery: Delivery, durable: wasmkeep_store
 
 /// Switches to the newest loaded version of the class at an event boundary.
 fn switch_component(node: &Node, stub: &Stub, instance: &mut Box<dyn GuestInstance>) {
-    if let Some(digest) = node.class_digest(&stub.id.class)
+    if let Some(digest) = node.classes.digest(&stub.id.class)
         && digest != instance.component_digest()
-        && let Ok(component) = node.class(&stub.id.class)
+        && let Ok(component) = node.classes.get(&stub.id.class)
     {
         tracing::info!(actor = %stub.id, %digest, "switching to the new class version");
         instance.set_component(component);
@@ -379,7 +335,7 @@ fn switch_component(node: &Node, stub: &Stub, instance: &mut Box<dyn GuestInstan
 /// Runs one job as an event.
 async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut job: Job) {
     // Self-fencing: no event runs without a valid node lease.
-    if stub.is_fenced() || !node.lease.is_valid() {
+    if stub.is_fenced() || !node.peering.lease.is_valid() {
         fail_job(
             node,
             job,
@@ -420,7 +376,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 let outcome = match result {
                     // Checked before the commit: an answer that cannot be
                     // sent fails the event whole, its writes with it.
-                    Ok(response) => match crate::front::http::check_response(&response) {
+                    Ok(response) => match crate::actor::host::check_response(&response) {
                         Ok(()) => Ok(Some(response)),
                         Err(reason) => {
                             node.metrics.guest_failures.fetch_add(1, Ordering::Relaxed);
@@ -692,7 +648,7 @@ async fn run_alarm(
 async fn unless_lapsed<T>(node: &Node, step: impl Future<Output = T>) -> Option<T> {
     let lapsed = async {
         // Renewals move the end while the step runs.
-        while let Some(until) = node.lease.valid_until()
+        while let Some(until) = node.peering.lease.valid_until()
             && node.clock.now() < until
         {
             tokio::time::sleep_until(until).await;
@@ -715,8 +671,10 @@ async fn hand_over(
     mut active: Active,
     leave: Leave,
 ) -> Option<(mpsc::Receiver<Box<Job>>, Active)> {
-    let released = node.begin_leaving(stub, leave == Leave::Idle, rx.is_empty());
-    if leave == Leave::Idle && released.is_none() && node.is_live(stub) {
+    let released = node
+        .residents
+        .begin_leaving(stub, leave == Leave::Idle, rx.is_empty());
+    if leave == Leave::Idle && released.is_none() && node.residents.is_live(stub) {
         // Work arrived while we decided: keep serving.
         return Some((rx, active));
     }
@@ -802,7 +760,7 @@ async fn hand_over(
         // Before the release: a pass that lists the key from now on finds
         // the actor still held here, and leaves it be.
         if let Some(order) = &delete_order {
-            order.done(node, &stub.id).await;
+            order.done(&stub.id).await;
         }
     }
     if healthy && !deleting {
@@ -826,10 +784,10 @@ async fn hand_over(
             LeaseReturn::Failed
         }
         Some(returned) => {
-            if returned == LeaseReturn::Failed && node.lease.is_valid() {
+            if returned == LeaseReturn::Failed && node.peering.lease.is_valid() {
                 // The record names this node while it lives: given back at a
                 // later heartbeat, so the actor does not wait for this node to stop.
-                node.leftovers.add(node, &stub.id);
+                node.peering.leftovers.add(node, &stub.id);
             }
             returned
         }
@@ -838,10 +796,10 @@ async fn hand_over(
         // Planted bug (ADR 0017's first draft): forget the move right after
         // the release, so this node's next event claims the actor back.
         if let Some((_, order)) = &move_reply {
-            order.forget(node, &stub.id);
+            order.forget(&stub.id);
         }
     }
-    node.end_leaving(stub, released);
+    node.residents.end_leaving(stub, released);
     if let Some((reply, _)) = move_reply {
         let outcome = match returned {
             LeaseReturn::Released => MoveOutcome::Released { alarm },
@@ -883,7 +841,7 @@ async fn hand_over(
 async fn await_sockets_closed(stub: &Stub) {
     /// How often the closing sockets are counted.
     const POLL: std::time::Duration = std::time::Duration::from_millis(10);
-    let deadline = tokio::time::Instant::now() + crate::front::sockets::CLOSE_HANDSHAKE_TIME_MAX;
+    let deadline = tokio::time::Instant::now() + CLOSE_HANDSHAKE_TIME_MAX;
     while stub.sockets.lock().closing > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(POLL).await;
     }
@@ -971,13 +929,13 @@ async fn serve_until_leave(
             // before an earlier deletion removed it must not delete the
             // new actor's writes.
             Some(Job::Delete(order)) => {
-                if order.stands(node, &stub.id).await {
+                if order.stands(&stub.id).await {
                     active.delete_order = Some(order);
                     return Leave::Delete;
                 }
             }
             Some(Job::Move { order, reply }) => {
-                if !order.is_current(node, &stub.id) {
+                if !order.is_current(&stub.id) {
                     let _ = reply.send(MoveOutcome::Abandoned);
                 } else if stub.open_sockets() > 0 {
                     let _ = reply.send(MoveOutcome::Busy("a socket is still open"));

@@ -16,4 +16,5 @@ pub(crate) mod mailbox;
 pub(crate) mod orders;
 pub mod residents;
 pub mod secrets;
+pub mod socket_table;
 pub(crate) mod upkeep;

@@ -1,12 +1,59 @@
-//! What the node's other parts ask of an actor's mailbox, as the mailbox
-//! sees it: a move (ADR 0017) and a delete (ADR 0055). The traits are
-//! defined here and implemented by `peering::moves` and
-//! `peering::deletes`, so that `actor/` never imports `peering/`.
+//! What the node's other parts ask of an actor's mailbox: the jobs its
+//! channel carries, among them a move (ADR 0017) and a delete (ADR 0055)
+//! as the mailbox sees them. Their traits are defined here and implemented
+//! by `peering::moves` and `peering::deletes`, so that `actor/` never
+//! imports `peering/`; an order carries what it needs, so the mailbox hands
+//! it nothing of the node.
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
+use wasmkeep_runtime::{Message, Request, Response};
 use wasmkeep_types::ActorId;
 
-use crate::node::Node;
+use crate::Result;
+use crate::actor::alarms::Fire;
+
+/// Where an event's response goes.
+pub(crate) type Reply = oneshot::Sender<Result<Response>>;
+
+/// One unit of work for an actor. A mailbox's channel carries it boxed (one
+/// allocation per job, the request inside it): the channel allocates room for
+/// 32 jobs up front, and jobs inline held 2.7 KiB per resident actor
+/// (ADR 0038).
+pub(crate) enum Job {
+    Request {
+        request: Request,
+        /// The actors waiting on this event, the target last.
+        chain: Vec<ActorId>,
+        reply: Option<Reply>,
+        started: Instant,
+    },
+    Alarm(Fire),
+    SocketMessage {
+        id: u64,
+        message: Message,
+    },
+    SocketClose {
+        id: u64,
+        code: u16,
+        reason: String,
+    },
+    /// Hibernate now if idle (LRU eviction).
+    Hibernate,
+    /// Hand the actor over now, after the events queued before this job
+    /// (the node drains, ADR 0014).
+    Drain,
+    /// Hand the actor over for a move (ADR 0017), unless the attempt
+    /// `token` was given up meanwhile or a socket is open.
+    Move {
+        order: Box<dyn MoveOrder>,
+        reply: MoveReply,
+    },
+    /// Delete the actor (ADR 0055): hand it over now, after the events
+    /// queued before this job, deleting its data before its ownership
+    /// record is released, if the order still stands when the job runs.
+    Delete(Box<dyn DeleteOrder>),
+}
 
 /// What the move job in the actor's mailbox reports.
 #[derive(Debug)]
@@ -28,9 +75,9 @@ pub(crate) type MoveReply = oneshot::Sender<MoveOutcome>;
 /// (keys, the take call) is `peering::moves`'s, which implements this.
 pub(crate) trait MoveOrder: Send + Sync {
     /// Whether this attempt is still the move under way when the job runs.
-    fn is_current(&self, node: &Node, actor: &ActorId) -> bool;
+    fn is_current(&self, actor: &ActorId) -> bool;
     /// Forgets the move (only the planted bug `hibernate_after_release`).
-    fn forget(&self, node: &Node, actor: &ActorId);
+    fn forget(&self, actor: &ActorId);
 }
 
 /// A delete of the actor as its mailbox sees it (ADR 0055); the request
@@ -39,8 +86,8 @@ pub(crate) trait MoveOrder: Send + Sync {
 pub(crate) trait DeleteOrder: Send + Sync {
     /// Whether the request still stands: a pass that listed the key before
     /// an earlier deletion removed it must not delete the new actor's writes.
-    async fn stands(&self, node: &Node, actor: &ActorId) -> bool;
+    async fn stands(&self, actor: &ActorId) -> bool;
     /// The actor's data is gone (called while the record still names this
     /// node, before its release).
-    async fn done(&self, node: &Node, actor: &ActorId);
+    async fn done(&self, actor: &ActorId);
 }

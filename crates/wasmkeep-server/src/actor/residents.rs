@@ -6,18 +6,19 @@
 //! `peering`.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 use wasmkeep_cluster::hints::ActorHint;
+use wasmkeep_store::StoreConfig;
 use wasmkeep_types::{ActorId, NodeId};
 
-use crate::actor::host::SharedSockets;
-use crate::actor::mailbox::{self, Job};
-use crate::node::Node;
+use crate::actor::orders::Job;
+use crate::actor::socket_table::SharedSockets;
+use crate::ops::metrics::Metrics;
 use crate::wait_cell::WaitCell;
 use crate::{Error, Result};
 
@@ -48,14 +49,6 @@ pub struct Stub {
     pub hint: ActorHint,
 }
 
-/// A deployed class with no version loaded on this node.
-#[derive(Debug, Clone)]
-pub(crate) enum ClassPending {
-    Loading,
-    /// Its last load failed, for this reason; the next poll tries again.
-    Failed(String),
-}
-
 /// The outcome of a stub's activation.
 #[derive(Debug, Clone)]
 pub(crate) enum Activation {
@@ -71,6 +64,22 @@ pub(crate) enum Activation {
 }
 
 impl Stub {
+    /// A new actor's stub, its activation pending, its events sent on `tx`.
+    pub(crate) fn new(id: ActorId, tx: mpsc::Sender<Box<Job>>, now_ms: i64) -> Arc<Self> {
+        Arc::new(Stub {
+            id,
+            tx,
+            sockets: SharedSockets::default(),
+            last_used_ms: AtomicI64::new(now_ms),
+            broken: AtomicBool::new(false),
+            broken_notify: Notify::new(),
+            waiting_on: Mutex::new(None),
+            fenced: AtomicBool::new(false),
+            activation: WaitCell::new(Activation::Pending),
+            hint: ActorHint::default(),
+        })
+    }
+
     pub(crate) fn touch(&self, now_ms: i64) {
         self.last_used_ms.store(now_ms, Ordering::Relaxed);
     }
@@ -105,19 +114,19 @@ impl Drop for Left {
     }
 }
 
-/// An actor's place in the map, held by [`Node::reserve`]. Dropping it (at
+/// An actor's place in the map, held by [`Residents::reserve`]. Dropping it (at
 /// the end, or when the pass that holds it is cut short by its time limit)
 /// gives the place back and wakes the actor's waiting events: a place left
 /// behind with its signal set would send them round `ensure_owner` forever.
 pub(crate) struct Reservation<'n> {
-    node: &'n Node,
+    residents: &'n Residents,
     actor: ActorId,
     signal: Arc<WaitCell<bool>>,
 }
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        let mut actors = self.node.actors.lock();
+        let mut actors = self.residents.map.lock();
         if let Some(Entry::Leaving(signal)) = actors.get(&self.actor)
             && Arc::ptr_eq(signal, &self.signal)
         {
@@ -125,7 +134,7 @@ impl Drop for Reservation<'_> {
         }
         drop(actors);
         self.signal.set(true);
-        self.node.actors_changed.notify_waiters();
+        self.residents.changed.notify_waiters();
     }
 }
 
@@ -145,15 +154,83 @@ pub(crate) type ActorMap = HashMap<ActorId, Entry, foldhash::fast::RandomState>;
 /// hibernate at once: 1,000 resident actors give batches of 15.
 const EVICTION_BATCH_DIVISOR: usize = 64;
 
-impl Node {
+/// The actors resident on this node: the map of their stubs, notified
+/// whenever one leaves. A handle of the [`Node`]; it never starts a mailbox
+/// (the node's `spawn_stub` does) and never asks where an actor lives.
+pub struct Residents {
+    map: Mutex<ActorMap>,
+    changed: Notify,
+    /// `--max-actors`: eviction asks a fraction of it to hibernate at once.
+    actors_max: usize,
+    metrics: Arc<Metrics>,
+    /// How each actor's store is opened.
+    pub(crate) store_config: StoreConfig,
+}
+
+impl Residents {
+    pub(crate) fn new(actors_max: usize, metrics: Arc<Metrics>) -> Self {
+        Self {
+            map: Mutex::new(ActorMap::default()),
+            changed: Notify::new(),
+            actors_max,
+            metrics,
+            store_config: StoreConfig::default(),
+        }
+    }
+
+    /// Waits until no actor is resident, or `deadline`; whether none is.
+    pub(crate) async fn wait_empty(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let notified = self.changed.notified();
+            if self.map.lock().is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Self-fencing after a lapsed lease: every resident actor is dropped
+    /// without releasing its ownership record (sockets closed with 1012).
+    /// Returns once no actor is resident.
+    pub(crate) async fn drop_every_actor(&self) {
+        /// How often a slow drop is logged.
+        const DROP_LOG_PERIOD: Duration = Duration::from_secs(5);
+        loop {
+            let notified = self.changed.notified();
+            for stub in &self.live_stubs() {
+                stub.mark_fenced();
+            }
+            if self.map.lock().is_empty() {
+                return;
+            }
+            if tokio::time::timeout(DROP_LOG_PERIOD, notified)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    resident = self.count(),
+                    "still dropping actors after the lease lapsed"
+                );
+            }
+        }
+    }
+
+    /// The map itself, for the passes that look and change under one lock
+    /// (`ensure_owner`'s activation).
+    pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, ActorMap> {
+        self.map.lock()
+    }
+
     /// Number of resident actors (hibernating ones included until released).
-    pub fn resident_count(&self) -> usize {
-        self.actors.lock().len()
+    pub fn count(&self) -> usize {
+        self.map.lock().len()
     }
 
     /// The actor's stub when it is resident here and not being released.
     pub(crate) fn live_stub(&self, actor: &ActorId) -> Option<Arc<Stub>> {
-        match self.actors.lock().get(actor) {
+        match self.map.lock().get(actor) {
             Some(Entry::Live(stub)) => Some(Arc::clone(stub)),
             _ => None,
         }
@@ -161,13 +238,13 @@ impl Node {
 
     /// Whether the actor has a stub here, live or being released.
     pub(crate) fn has_stub(&self, actor: &ActorId) -> bool {
-        self.actors.lock().contains_key(actor)
+        self.map.lock().contains_key(actor)
     }
 
     /// The resident actors that are not being released.
     pub(crate) fn live_stubs(&self) -> Vec<Arc<Stub>> {
         let mut stubs: Vec<Arc<Stub>> = self
-            .actors
+            .map
             .lock()
             .values()
             .filter_map(|e| match e {
@@ -182,8 +259,8 @@ impl Node {
     }
 
     /// Notified whenever an actor leaves this node.
-    pub(crate) fn actors_changed(&self) -> &Notify {
-        &self.actors_changed
+    pub(crate) fn changed(&self) -> &Notify {
+        &self.changed
     }
 
     /// Asks the least recently used idle actors to hibernate (a batch of
@@ -205,7 +282,7 @@ impl Node {
                 "every resident actor is busy (max-actors reached)",
             ));
         }
-        let batch = (self.config.actors_max / EVICTION_BATCH_DIVISOR).clamp(1, idle.len());
+        let batch = (self.actors_max / EVICTION_BATCH_DIVISOR).clamp(1, idle.len());
         if batch < idle.len() {
             // Ties (one millisecond) go by name, whatever the map's order.
             idle.select_nth_unstable_by(batch - 1, |a, b| {
@@ -220,68 +297,6 @@ impl Node {
         Ok(())
     }
 
-    pub(crate) fn spawn_stub(self: &Arc<Self>, id: ActorId) -> Arc<Stub> {
-        let (tx, rx) = mpsc::channel(self.config.limits.mailbox_events_max);
-        let stub = Arc::new(Stub {
-            id,
-            tx,
-            sockets: SharedSockets::default(),
-            last_used_ms: AtomicI64::new(self.clock.wall_ms()),
-            broken: AtomicBool::new(false),
-            broken_notify: Notify::new(),
-            waiting_on: Mutex::new(None),
-            fenced: AtomicBool::new(false),
-            activation: WaitCell::new(Activation::Pending),
-            hint: ActorHint::default(),
-        });
-        let node = Arc::clone(self);
-        let guarded = Arc::clone(&stub);
-        tokio::spawn(async move {
-            let run = mailbox::run(Arc::clone(&node), Arc::clone(&guarded), rx);
-            if let Err(panic) = futures::FutureExt::catch_unwind(AssertUnwindSafe(run)).await {
-                node.mailbox_panicked(&guarded, &*panic);
-            }
-        });
-        stub
-    }
-
-    /// A panic in an actor's mailbox (a bug of ours) must not wedge the
-    /// actor: its stub would stay in the map with nobody reading its events,
-    /// answering 503 "changing hands" until the node restarts. The unwind
-    /// dropped the mailbox's store and instance (their uncommitted writes
-    /// with them), and its waiting events, which answer 503; the stub is
-    /// forgotten here, so the next event activates the actor afresh from
-    /// the bucket. The ownership record stays this node's, as after a
-    /// hibernation that kept it.
-    fn mailbox_panicked(&self, stub: &Arc<Stub>, panic: &(dyn std::any::Any + Send)) {
-        let what = crate::parts::panic_text(panic);
-        self.metrics.mailbox_panics.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(actor = %stub.id, panic = %what, "the actor's mailbox panicked (a wasmkeep bug): its events in flight failed, and its next event activates it afresh");
-        if matches!(stub.activation.get(), Activation::Pending) {
-            stub.activation.set(Activation::Failed {
-                reason: format!("actor {} failed to activate (an internal error)", stub.id),
-                unknown_class: None,
-            });
-        }
-        let mut actors = self.actors.lock();
-        let orphaned = match actors.get(&stub.id) {
-            Some(Entry::Live(s)) => Arc::ptr_eq(s, stub),
-            // Its release guard was dropped by the unwind (so it reads
-            // released) without the entry being removed: while the map is
-            // locked, a release that ended normally shows no entry at all.
-            Some(Entry::Leaving(released)) => released.get(),
-            None => false,
-        };
-        if orphaned {
-            actors.remove(&stub.id);
-        }
-        self.metrics
-            .resident_actors
-            .store(actors.len() as i64, Ordering::Relaxed);
-        drop(actors);
-        self.actors_changed.notify_waiters();
-    }
-
     /// Step 1 of a hand-over: under the map lock, if the actor is still idle
     /// (or `force`), mark it leaving. Returns the guard that signals it left.
     pub(crate) fn begin_leaving(
@@ -290,7 +305,7 @@ impl Node {
         idle_only: bool,
         queue_empty: bool,
     ) -> Option<Left> {
-        let mut actors = self.actors.lock();
+        let mut actors = self.map.lock();
         let ours = matches!(actors.get(&stub.id), Some(Entry::Live(s)) if Arc::ptr_eq(s, stub));
         if !ours {
             return None;
@@ -305,7 +320,7 @@ impl Node {
 
     /// Last step of a hand-over: forget the actor and wake whoever waits.
     pub(crate) fn end_leaving(&self, stub: &Arc<Stub>, released: Option<Left>) {
-        let mut actors = self.actors.lock();
+        let mut actors = self.map.lock();
         match actors.get(&stub.id) {
             Some(Entry::Leaving(_)) if released.is_some() => {
                 actors.remove(&stub.id);
@@ -321,7 +336,7 @@ impl Node {
         drop(actors);
         // Dropping it wakes whoever waits for the release.
         drop(released);
-        self.actors_changed.notify_waiters();
+        self.changed.notify_waiters();
     }
 
     /// Holds `actor`'s place in the map while it has no stub here, as a
@@ -329,14 +344,14 @@ impl Node {
     /// (deleting an actor that is not resident, ADR 0055). `None` when the
     /// actor has a stub.
     pub(crate) fn reserve(&self, actor: &ActorId) -> Option<Reservation<'_>> {
-        let mut actors = self.actors.lock();
+        let mut actors = self.map.lock();
         if actors.contains_key(actor) {
             return None;
         }
         let signal = Arc::new(WaitCell::new(false));
         actors.insert(actor.clone(), Entry::Leaving(Arc::clone(&signal)));
         Some(Reservation {
-            node: self,
+            residents: self,
             actor: actor.clone(),
             signal,
         })
@@ -344,7 +359,44 @@ impl Node {
 
     /// Whether the stub is still this node's live stub for its actor.
     pub(crate) fn is_live(&self, stub: &Arc<Stub>) -> bool {
-        matches!(self.actors.lock().get(&stub.id), Some(Entry::Live(s)) if Arc::ptr_eq(s, stub))
+        matches!(self.map.lock().get(&stub.id), Some(Entry::Live(s)) if Arc::ptr_eq(s, stub))
+    }
+
+    /// A panic in an actor's mailbox (a bug of ours) must not wedge the
+    /// actor: its stub would stay in the map with nobody reading its events,
+    /// answering 503 "changing hands" until the node restarts. The unwind
+    /// dropped the mailbox's store and instance (their uncommitted writes
+    /// with them), and its waiting events, which answer 503; the stub is
+    /// forgotten here, so the next event activates the actor afresh from
+    /// the bucket. The ownership record stays this node's, as after a
+    /// hibernation that kept it.
+    pub(crate) fn mailbox_panicked(&self, stub: &Arc<Stub>, panic: &(dyn std::any::Any + Send)) {
+        let what = crate::parts::panic_text(panic);
+        self.metrics.mailbox_panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(actor = %stub.id, panic = %what, "the actor's mailbox panicked (a wasmkeep bug): its events in flight failed, and its next event activates it afresh");
+        if matches!(stub.activation.get(), Activation::Pending) {
+            stub.activation.set(Activation::Failed {
+                reason: format!("actor {} failed to activate (an internal error)", stub.id),
+                unknown_class: None,
+            });
+        }
+        let mut actors = self.map.lock();
+        let orphaned = match actors.get(&stub.id) {
+            Some(Entry::Live(s)) => Arc::ptr_eq(s, stub),
+            // Its release guard was dropped by the unwind (so it reads
+            // released) without the entry being removed: while the map is
+            // locked, a release that ended normally shows no entry at all.
+            Some(Entry::Leaving(released)) => released.get(),
+            None => false,
+        };
+        if orphaned {
+            actors.remove(&stub.id);
+        }
+        self.metrics
+            .resident_actors
+            .store(actors.len() as i64, Ordering::Relaxed);
+        drop(actors);
+        self.changed.notify_waiters();
     }
 }
 

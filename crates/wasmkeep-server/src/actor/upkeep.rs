@@ -9,7 +9,6 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::actor::classes;
 use crate::node::Node;
 
 /// The alarm sweep, the class poll and the heap trim.
@@ -49,7 +48,7 @@ impl crate::parts::Part for Upkeep {
             if *shutdown.borrow() {
                 return;
             }
-            if let Err(e) = classes::poll(&node).await {
+            if let Err(e) = node.poll_classes().await {
                 tracing::warn!(error = %e, "class poll failed");
             }
             heap_trim.after_unloads(&node.metrics);

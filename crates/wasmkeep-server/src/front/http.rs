@@ -22,11 +22,12 @@ use tokio::task::JoinSet;
 use wasmkeep_runtime::{Request, Response};
 use wasmkeep_types::ActorId;
 
-use crate::actor::host::strip_markers;
+use crate::actor::host::{check_response, strip_markers};
 use crate::front::conn::{ClientStream, Slots};
 use crate::front::route::{Route, route};
 use crate::node::Node;
-use crate::peering::forward::{self, HEADER_NODE, Markers};
+use crate::peering::forward::{self, HEADER_NODE, Markers, NodeAnswer};
+use crate::peering::moves;
 use crate::{Error, Result, front::sockets};
 
 type HttpResponse = hyper::Response<Full<Bytes>>;
@@ -294,14 +295,14 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
         check_tenant_token(node, &actor, &headers).await?;
     }
     // Refuse unknown classes before reading a body.
-    node.class(&actor.class)?;
+    node.classes.get(&actor.class)?;
     if sockets::is_upgrade(&req) {
         let markers = forward::judge(node, &method, &raw_path, &raw_query, &headers, b"");
         if signed && markers.from.is_none() {
             check_tenant_token(node, &actor, &headers).await?;
         }
         let mut req = req;
-        if node.tenants.required {
+        if node.front.tenants.required {
             req.headers_mut().remove(hyper::header::AUTHORIZATION);
         }
         // Boxed, as are the other rare steps of a request (a forward, a
@@ -409,11 +410,11 @@ async fn dispatch_actor(node: &Arc<Node>, call: Call) -> Result<HttpResponse> {
         check_tenant_token(node, &actor, &headers).await?;
     }
     strip_markers(&mut headers);
-    if node.tenants.required {
+    if node.front.tenants.required {
         strip_authorization(&mut headers);
     }
     // Node calls (alarm hand-off, take) are answered by the node itself.
-    if let Some(answer) = forward::node_call(node, &actor, &markers, &body).await? {
+    if let Some(answer) = node_call(node, &actor, &markers, &body).await? {
         let mut response = text(answer.status, "text/plain", &answer.body);
         for (name, value) in answer.headers {
             if let Ok(value) = hyper::header::HeaderValue::from_str(&value) {
@@ -490,7 +491,7 @@ pub async fn answer_call(
         if !signed {
             check_tenant_token(node, &actor, &headers).await?;
         }
-        node.class(&actor.class)?;
+        node.classes.get(&actor.class)?;
         let limit = node.config.limits.body_bytes_max;
         if body.len() > limit {
             return Err(Error::BodyTooLarge { limit_bytes: limit });
@@ -547,7 +548,7 @@ async fn check_tenant_token(
     actor: &ActorId,
     headers: &[(String, String)],
 ) -> Result<()> {
-    if !node.tenants.required {
+    if !node.front.tenants.required {
         return Ok(());
     }
     let mut values = headers
@@ -561,6 +562,7 @@ async fn check_tenant_token(
         ));
     }
     let result = node
+        .front
         .tenants
         .check(&*node.bucket, &node.keys, &actor.tenant, authorization)
         .await;
@@ -578,7 +580,7 @@ fn strip_authorization(headers: &mut Vec<(String, String)>) {
 
 /// Names this node in `x-wasmkeep-node` (its value built once).
 fn add_this_node_header(response: &mut HttpResponse, node: &Node) {
-    if let Some(value) = &node.node_header {
+    if let Some(value) = &node.front.node_header {
         response.headers_mut().insert(HEADER_NODE, value.clone());
     }
 }
@@ -607,32 +609,6 @@ fn guest_may_set(name: &str) -> bool {
         ))
 }
 
-/// Why an actor's answer cannot be sent, if it cannot: a status outside
-/// 200-599, or a header name or value HTTP does not allow. The mailbox
-/// checks it before it commits the event, so such an event keeps nothing.
-pub(crate) fn check_response(response: &Response) -> std::result::Result<(), String> {
-    if !(200..=599).contains(&response.status) {
-        return Err(format!(
-            "the actor answered with status {}, not one from 200 to 599",
-            response.status
-        ));
-    }
-    for (name, value) in &response.headers {
-        if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            return Err(format!(
-                "the actor answered with an invalid header name {name:?}"
-            ));
-        }
-        if hyper::header::HeaderValue::from_str(value).is_err() {
-            return Err(format!(
-                "the actor answered with an invalid value for header {name:?} \
-                 (visible ASCII, spaces and tabs only)"
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn to_http(response: Response) -> Result<HttpResponse> {
     check_response(&response).map_err(Error::EventRefused)?;
     let status = hyper::StatusCode::from_u16(response.status)
@@ -646,6 +622,30 @@ fn to_http(response: Response) -> Result<HttpResponse> {
     builder
         .body(Full::new(Bytes::from(response.body)))
         .map_err(|e| Error::EventRefused(format!("the actor's response is invalid: {e}")))
+}
+
+/// Answers a verified node call that is not an actor event: an alarm
+/// hand-off or a take. `None` for anything else.
+async fn node_call(
+    node: &Arc<Node>,
+    actor: &ActorId,
+    markers: &Markers,
+    body: &[u8],
+) -> Result<Option<NodeAnswer>> {
+    if markers.take {
+        return Ok(Some(Box::pin(moves::receive_take(node, actor, body)).await));
+    }
+    if let Some(scheduled_ms) = markers.alarm_ms {
+        Box::pin(forward::receive_alarm(
+            node,
+            actor,
+            scheduled_ms,
+            markers.alarm_retry,
+        ))
+        .await?;
+        return Ok(Some(NodeAnswer::new(200, "alarm armed")));
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

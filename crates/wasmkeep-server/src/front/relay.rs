@@ -66,7 +66,7 @@ pub async fn relay(
             holder: peer.clone(),
         });
     }
-    let Some(signer) = &node.signer else {
+    let Some(signer) = &node.peering.signer else {
         tracing::warn!(%actor, %peer, "the actor is held by another node, but this node has no --cluster-key-file and cannot relay");
         return Err(Error::unavailable(format!(
             "actor {actor} is held by node {peer}; this node cannot relay (no cluster key)"
@@ -180,7 +180,7 @@ async fn connect(
         io: stream,
         authority,
         secure: tls,
-    } = wasmkeep_transport::stream::connect(url, &node.tls_client)
+    } = wasmkeep_transport::stream::connect(url, &node.peering.tls_client)
         .await
         .map_err(|e| RelayError::Failed(e.to_string()))?;
     let scheme = if tls { "wss" } else { "ws" };

@@ -18,8 +18,8 @@ use tokio_tungstenite::tungstenite::{self, handshake::derive_accept_key};
 use wasmkeep_runtime::Message;
 use wasmkeep_types::ActorId;
 
-use crate::actor::host::{Outgoing, SocketEntry};
-use crate::actor::mailbox::Job;
+use crate::actor::orders::Job;
+use crate::actor::socket_table::{CLOSE_HANDSHAKE_TIME_MAX, Outgoing, SocketEntry};
 use crate::front::relay::{self, Relayed};
 use crate::node::{Node, Owner, Stub};
 use crate::peering::forward::Hop;
@@ -31,9 +31,6 @@ use crate::{Error, Result};
 /// 128 KiB of resident memory for every open socket. A larger message
 /// takes several reads (its whole length is reserved at its header).
 const SOCKET_READ_BUFFER_BYTES: usize = 8 * 1024;
-
-/// Longest wait for a client's close frame after this node sent one.
-pub const CLOSE_HANDSHAKE_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether the request asks for a WebSocket upgrade.
 pub fn is_upgrade(req: &hyper::Request<Incoming>) -> bool {
@@ -87,13 +84,15 @@ pub async fn upgrade(
     let (stub, id, rx) = loop {
         // While the actor moves, reconnecting clients go to the target, even
         // before the hand-over: they must not land back here (ADR 0017).
-        let moving_to = match node.moves.target(actor) {
-            Some(target) if hop == Hop::Client && target != node.node_id => {
-                node.peers.get(&target).map(|peer| Owner::Elsewhere {
+        let moving_to = match node.peering.moves.target(actor) {
+            Some(target) if hop == Hop::Client && target != node.node_id => node
+                .peering
+                .peers
+                .get(&target)
+                .map(|peer| Owner::Elsewhere {
                     peer: target,
                     url: peer.heartbeat.advertise,
-                })
-            }
+                }),
             _ => None,
         };
         let owner = match moving_to {
@@ -125,7 +124,7 @@ pub async fn upgrade(
                 limits.sockets_per_actor_max
             )));
         }
-        let id = node.next_socket_id();
+        let id = node.front.next_socket_id();
         let (tx, rx) = mpsc::channel(limits.socket_outbox_messages_max);
         stub.sockets.lock().sockets.insert(
             id,
@@ -137,7 +136,7 @@ pub async fn upgrade(
         );
         // The actor may have begun hibernating before the socket was added:
         // then look again (the next stub activates it anew).
-        if node.is_live(&stub) {
+        if node.residents.is_live(&stub) {
             break (stub, id, rx);
         }
         stub.sockets.lock().sockets.remove(&id);

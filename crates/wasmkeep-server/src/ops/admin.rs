@@ -34,7 +34,8 @@ impl Target {
     /// Validates the app name, then opens the bucket.
     async fn open(&self) -> anyhow::Result<(Arc<dyn Bucket>, Keys, AppName)> {
         let app = AppName::new(self.app.clone())?;
-        let bucket = crate::ops::cli::open_bucket(&self.bucket).await?;
+        // `file:///abs/path`, `memory://` or `s3://bucket/prefix`.
+        let bucket = wasmkeep_bucket::open(&self.bucket).await?;
         Ok((bucket, Keys::new(&app), app))
     }
 }

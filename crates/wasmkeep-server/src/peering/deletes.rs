@@ -8,8 +8,8 @@
 //! so no event opens it meanwhile. Either way the key goes once the data
 //! is gone, and the actor's next event starts an empty one.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 use wasmkeep_bucket::ObjectMeta;
 use wasmkeep_cluster::{AcquireOutcome, LeaseReturn};
@@ -17,12 +17,12 @@ use wasmkeep_types::ActorId;
 
 use crate::Result;
 use crate::actor::erase::delete_data;
-use crate::actor::mailbox::{DeleteOrder, Job};
+use crate::actor::orders::{DeleteOrder, Job};
 use crate::node::Node;
 
 /// Whether this node runs the pass over the delete keys now.
 pub(crate) fn wanted(node: &Node) -> bool {
-    node.lease.is_valid() && !node.is_shutting_down()
+    node.peering.lease.is_valid() && !node.is_shutting_down()
 }
 
 /// The pass over the delete keys, when [`wanted`]: `listed` is the
@@ -41,19 +41,22 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
                 continue;
             }
         };
-        if let Some(stub) = node.live_stub(&actor) {
+        if let Some(stub) = node.residents.live_stub(&actor) {
             // Queued behind its events; a full mailbox is tried next pass.
-            let _ = stub.tx.try_send(Box::new(Job::Delete(Box::new(DeleteKey))));
+            let _ = stub.tx.try_send(Box::new(Job::Delete(Box::new(DeleteKey {
+                node: Arc::downgrade(node),
+            }))));
             continue;
         }
         // Being released here, a draining node (it takes no actor), or an
         // actor this node moves away (it goes to its target, never back
         // here; ADR 0017): the next pass, or a peer, acts.
         let moving_away = node
+            .peering
             .moves
             .target(&actor)
             .is_some_and(|target| target != node.node_id);
-        if node.has_stub(&actor) || node.drain.is_active() || moving_away {
+        if node.residents.has_stub(&actor) || node.peering.drain.is_active() || moving_away {
             continue;
         }
         if let Err(e) = delete_unheld(node, &actor).await {
@@ -71,7 +74,7 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
     }
     // Held until the end of this function, or of the pass if its time
     // limit cuts it short.
-    let Some(_reserved) = node.reserve(actor) else {
+    let Some(_reserved) = node.residents.reserve(actor) else {
         return Ok(());
     };
     // From here until the release below, the record may name this node: a
@@ -82,7 +85,7 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
         actor,
         settled: false,
     };
-    let AcquireOutcome::Acquired { etag } = node.ownership.acquire(actor).await? else {
+    let AcquireOutcome::Acquired { etag } = node.peering.ownership.acquire(actor).await? else {
         // Its holder acts at its own pass.
         may_hold.settled = true;
         return Ok(());
@@ -97,8 +100,10 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
     if matches!(deleted, Ok(true)) {
         done(node, actor).await;
     }
-    if node.ownership.release(actor, &etag).await == LeaseReturn::Failed && node.lease.is_valid() {
-        node.leftovers.add(node, actor);
+    if node.peering.ownership.release(actor, &etag).await == LeaseReturn::Failed
+        && node.peering.lease.is_valid()
+    {
+        node.peering.leftovers.add(node, actor);
     }
     may_hold.settled = true;
     deleted.map(drop)
@@ -118,7 +123,7 @@ impl Drop for MayHold<'_> {
     fn drop(&mut self) {
         if !self.settled {
             tracing::warn!(actor = %self.actor, "a delete pass ended while it may hold the actor; the record is given back at the next heartbeat");
-            self.node.leftovers.add(self.node, self.actor);
+            self.node.peering.leftovers.add(self.node, self.actor);
         }
     }
 }
@@ -146,15 +151,24 @@ pub(crate) async fn done(node: &Node, actor: &ActorId) {
 }
 
 /// The delete key as the actor's mailbox sees it (`mailbox::DeleteOrder`).
-struct DeleteKey;
+/// Holds its node weakly: a job left in a mailbox must not keep a stopped
+/// node alive.
+struct DeleteKey {
+    node: Weak<Node>,
+}
 
 #[async_trait::async_trait]
 impl DeleteOrder for DeleteKey {
-    async fn stands(&self, node: &Node, actor: &ActorId) -> bool {
-        requested(node, actor).await
+    async fn stands(&self, actor: &ActorId) -> bool {
+        match self.node.upgrade() {
+            Some(node) => requested(&node, actor).await,
+            None => false,
+        }
     }
 
-    async fn done(&self, node: &Node, actor: &ActorId) {
-        done(node, actor).await;
+    async fn done(&self, actor: &ActorId) {
+        if let Some(node) = self.node.upgrade() {
+            done(&node, actor).await;
+        }
     }
 }

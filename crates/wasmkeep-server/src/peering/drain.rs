@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use wasmkeep_types::ActorId;
 use wasmkeep_types::heartbeat::DrainState;
 
-use crate::actor::mailbox::Job;
+use crate::actor::orders::Job;
 use crate::node::{Node, Stub};
 
 /// A drain blocked for want of an eligible peer is logged at most this often.
@@ -90,7 +90,7 @@ pub async fn check(node: &Arc<Node>) {
             return;
         }
     };
-    node.drain.status.lock().by_key = by_key;
+    node.peering.drain.status.lock().by_key = by_key;
     step(node);
 }
 
@@ -98,8 +98,8 @@ pub async fn check(node: &Arc<Node>) {
 /// drained or `timeout` passed. Returns at once when no eligible peer can
 /// take the actors (the caller then stops as before).
 pub async fn drain_for_signal(node: &Arc<Node>, timeout: Duration) -> bool {
-    node.drain.status.lock().by_signal = true;
-    if let Err(e) = node.peers.refresh().await {
+    node.peering.drain.status.lock().by_signal = true;
+    if let Err(e) = node.peering.peers.refresh().await {
         tracing::warn!(error = %e, "peer refresh before the drain failed");
     }
     // `asked`, published, then `draining` (or blocked), published. Between
@@ -108,26 +108,26 @@ pub async fn drain_for_signal(node: &Arc<Node>, timeout: Duration) -> bool {
     // keeps a hint for it, and takes back requests it released.
     for round in 0..2 {
         step(node);
-        if let Err(e) = crate::peering::heartbeat::renew(node).await {
+        if let Err(e) = crate::peering::lease::renew(node).await {
             tracing::warn!(error = %e, "heartbeat during the drain failed");
         }
-        if round == 0 && node.drain.blocked_reason().is_none() {
+        if round == 0 && node.peering.drain.blocked_reason().is_none() {
             tokio::time::sleep((node.config.heartbeat_period * 2).min(timeout)).await;
         }
     }
-    if let Some(reason) = node.drain.blocked_reason() {
+    if let Some(reason) = node.peering.drain.blocked_reason() {
         tracing::warn!(%reason, "SIGTERM: nothing to drain to; stopping without a drain");
         return false;
     }
     let deadline = Instant::now() + timeout;
     loop {
-        if node.drain.state() == DrainState::Drained {
+        if node.peering.drain.state() == DrainState::Drained {
             tracing::info!("SIGTERM: drained");
             return true;
         }
         if Instant::now() >= deadline {
             tracing::warn!(
-                resident = node.resident_count(),
+                resident = node.residents.count(),
                 ?timeout,
                 "SIGTERM: drain timeout; stopping with actors still resident"
             );
@@ -141,13 +141,13 @@ pub async fn drain_for_signal(node: &Arc<Node>, timeout: Duration) -> bool {
 /// Why no drain can start now: a class this node serves that no eligible
 /// peer serves.
 fn blocking_reason(node: &Node) -> Option<String> {
-    let classes = node.loaded_classes();
+    let classes = node.classes.loaded();
     if classes.is_empty() {
         return None;
     }
     let orphans: Vec<String> = classes
         .iter()
-        .filter(|class| node.peers.eligible(class).is_empty())
+        .filter(|class| node.peering.peers.eligible(class).is_empty())
         .map(|class| class.to_string())
         .collect();
     if orphans.is_empty() {
@@ -166,12 +166,12 @@ fn step(node: &Arc<Node>) {
     // Counted before the status lock: `ensure_owner` reads the drain state
     // while it holds the actors map, so the two locks are never taken in the
     // other order (that deadlocked a SIGTERM drain under load).
-    let resident = node.resident_count();
+    let resident = node.residents.count();
     // Likewise the classes and peers it reads: judged before the lock.
-    let blocked = (node.drain.state() == DrainState::Asked)
+    let blocked = (node.peering.drain.state() == DrainState::Asked)
         .then(|| blocking_reason(node))
         .flatten();
-    let mut status = node.drain.status.lock();
+    let mut status = node.peering.drain.status.lock();
     let requested = status.by_key || status.by_signal;
     if !requested {
         if status.state != DrainState::None {
@@ -233,7 +233,7 @@ async fn run(node: Arc<Node>) {
     let mut reported_drained = false;
     loop {
         {
-            let mut status = node.drain.status.lock();
+            let mut status = node.peering.drain.status.lock();
             let active = matches!(status.state, DrainState::Draining | DrainState::Drained);
             if !active || node.is_shutting_down() {
                 // Under the lock: a drain asked again meanwhile finds no task
@@ -242,13 +242,13 @@ async fn run(node: Arc<Node>) {
                 return;
             }
         }
-        let changed = node.actors_changed().notified();
+        let changed = node.residents.changed().notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        let stubs = node.live_stubs();
+        let stubs = node.residents.live_stubs();
         for stub in &stubs {
             if asked.get(&stub.id).is_some_and(|s| Arc::ptr_eq(s, stub))
-                || node.peers.choose(&stub.id).is_none()
+                || node.peering.peers.choose(&stub.id).is_none()
             {
                 continue;
             }
@@ -261,8 +261,8 @@ async fn run(node: Arc<Node>) {
         asked.retain(|id, s| live.get(id).is_some_and(|l| Arc::ptr_eq(l, s)));
         {
             // Counted before the status lock (see `step`).
-            let resident = node.resident_count();
-            let mut status = node.drain.status.lock();
+            let resident = node.residents.count();
+            let mut status = node.peering.drain.status.lock();
             if matches!(status.state, DrainState::Draining | DrainState::Drained) {
                 status.state = if resident == 0 {
                     DrainState::Drained

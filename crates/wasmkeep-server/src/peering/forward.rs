@@ -153,7 +153,7 @@ pub fn judge(
     if !signed {
         return Markers::default();
     }
-    let verdict = match &node.signer {
+    let verdict = match &node.peering.signer {
         Some(signer) => signer.verify(method, path, query, headers, body),
         None => Verdict::Refused("this node has no cluster key"),
     };
@@ -260,7 +260,7 @@ pub(crate) fn transport<'a>(
     actor: &ActorId,
     peer: &NodeId,
 ) -> Result<&'a Arc<dyn crate::peering::peer::PeerTransport>> {
-    node.transport.as_ref().ok_or_else(|| {
+    node.peering.transport.as_ref().ok_or_else(|| {
         tracing::warn!(%actor, %peer, "the actor is held by another node, but this node has no --cluster-key-file and cannot forward");
         Error::unavailable(format!(
             "actor {actor} is held by node {peer}; this node cannot forward (no cluster key)"
@@ -342,7 +342,7 @@ pub(crate) fn peer_failed(node: &Node, actor: &ActorId, peer: &NodeId, reason: &
         .forward_failures
         .fetch_add(1, Ordering::Relaxed);
     tracing::warn!(%actor, %peer, reason, "call to a peer failed; it is suspect for a while");
-    node.peers.mark_suspect(peer);
+    node.peering.peers.mark_suspect(peer);
     node.forget_hints(actor);
     Error::unavailable(format!(
         "node {peer}, which holds actor {actor}, did not answer"
@@ -396,33 +396,24 @@ pub async fn hand_off_alarm(
     }
 }
 
-/// Answers a verified node call that is not an actor event: an alarm
-/// hand-off or a take. `None` for anything else.
-pub async fn node_call(
-    node: &Arc<Node>,
-    actor: &ActorId,
-    markers: &Markers,
-    body: &[u8],
-) -> Result<Option<crate::peering::moves::NodeAnswer>> {
-    if markers.take {
-        return Ok(Some(
-            Box::pin(crate::peering::moves::receive_take(node, actor, body)).await,
-        ));
+/// What a node call (a hand-off or a take) answers; never a guest's response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAnswer {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+impl NodeAnswer {
+    pub fn new(status: u16, body: impl Into<String>) -> Self {
+        let mut body = body.into();
+        body.push('\n');
+        Self {
+            status,
+            headers: Vec::new(),
+            body,
+        }
     }
-    if let Some(scheduled_ms) = markers.alarm_ms {
-        Box::pin(receive_alarm(
-            node,
-            actor,
-            scheduled_ms,
-            markers.alarm_retry,
-        ))
-        .await?;
-        return Ok(Some(crate::peering::moves::NodeAnswer::new(
-            200,
-            "alarm armed",
-        )));
-    }
-    Ok(None)
 }
 
 /// The receiving side of a hand-off: activate the actor here (if no other

@@ -1,165 +1,14 @@
-//! The heartbeat (the node lease, ADR 0020): claiming the node id at start,
-//! renewing, self-fencing when it lapses, resigning at shutdown, and the
-//! passes that run once per heartbeat (drain, secrets, peers, leftovers,
+//! The heartbeat, a part of the node: every period it renews the node
+//! lease (`peering::lease`), self-fences when the lease lapsed, and runs
+//! the passes due once per heartbeat (drain, secrets, peers, leftovers,
 //! moves and deletes). Never carries a client request.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::time::Instant;
-use wasmkeep_types::heartbeat::{CAPABILITY_TAKE, ClassesServed, Heartbeat};
-
-use crate::Result;
 use crate::node::Node;
-
-/// This node's heartbeat now.
-fn heartbeat(node: &Node) -> Heartbeat {
-    Heartbeat {
-        node: node.node_id.clone(),
-        advertise: node.advertise.clone(),
-        app: node.config.app.clone(),
-        // Filled in by the lease.
-        incarnation: String::new(),
-        state: node.node_state(),
-        classes: match &node.config.classes {
-            None => ClassesServed::All,
-            Some(list) => ClassesServed::Only(list.iter().cloned().collect()),
-        },
-        resident_actors: node.resident_count() as u64,
-        drain: node.drain.state(),
-        secrets: node.secrets.readable(),
-        // A node without the cluster key cannot verify a take call.
-        capabilities: if node.signer.is_some() {
-            [CAPABILITY_TAKE.to_owned()].into()
-        } else {
-            Default::default()
-        },
-        generation: 0,
-        sockets_closing: count(&node.metrics.sockets_closing),
-        releases_failed: count(&node.metrics.leftover_holds),
-        holder: node.config.holder.clone().unwrap_or_default(),
-    }
-}
-
-fn count(gauge: &std::sync::atomic::AtomicI64) -> u64 {
-    u64::try_from(gauge.load(Ordering::Relaxed)).unwrap_or(0)
-}
-
-/// Renews the node lease once (writes the heartbeat).
-/// The process's first heartbeat: claims the node id, waiting up to a lease
-/// TTL (and the observers' margin) when another process may still hold it,
-/// and refusing it when that process is alive (ADR 0054).
-pub async fn claim(node: &Node) -> Result<()> {
-    let _writing = node.heartbeat_lock.lock().await;
-    let key = node.keys.node(&node.node_id);
-    let ttl = node.config.lease_ttl;
-    let unchanged_for = ttl + wasmkeep_cluster::lease::LeaseObserver::default_margin(ttl);
-    let claimed = node
-        .lease
-        .claim(
-            &*node.bucket,
-            &key,
-            heartbeat(node),
-            node.config.holder.as_deref(),
-            unchanged_for,
-            node.config.heartbeat_period,
-        )
-        .await;
-    counted(node, claimed)
-}
-
-/// Counts a heartbeat write in the lease metrics.
-fn counted(node: &Node, written: std::result::Result<(), wasmkeep_cluster::Error>) -> Result<()> {
-    match written {
-        Ok(()) => {
-            node.metrics.lease_renewals.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        }
-        Err(e) => {
-            node.metrics.lease_failures.fetch_add(1, Ordering::Relaxed);
-            Err(e.into())
-        }
-    }
-}
-
-pub async fn renew(node: &Node) -> Result<()> {
-    let _writing = node.heartbeat_lock.lock().await;
-    if *node.resigned_tx.borrow() {
-        return Ok(());
-    }
-    let key = node.keys.node(&node.node_id);
-    let renewal = node.lease.renew(&*node.bucket, &key, heartbeat(node));
-    // A renewal whose answer comes after the lease ran out must not revive
-    // it: peers may have called the lease expired meanwhile and taken its
-    // actors, and the node itself may not have looked (found by the
-    // simulation, seed 93 of mixed_drains_moves_crashes_partitions: a pause
-    // held the write past the lapse, the late success kept the incarnation,
-    // and the node took an actor a peer then took over). Past the end the
-    // renewal is abandoned; the next heartbeat finds the lease lapsed, drops
-    // every actor and rejoins. An incarnation never valid yet ends one TTL
-    // after its first write was tried (see `unproven_for_too_long`).
-    let renewed = match node.lease.valid_until().or_else(|| unproven_until(node)) {
-        Some(until) => tokio::select! {
-            biased;
-            () = tokio::time::sleep_until(until) => Err(wasmkeep_cluster::Error::LeaseInvalid),
-            renewed = renewal => renewed,
-        },
-        None => renewal.await,
-    };
-    if renewed.is_ok() {
-        *node.unproven.lock() = None;
-    }
-    counted(node, renewed)
-}
-
-/// For an incarnation whose lease was never valid: one TTL after its first
-/// heartbeat write was tried (that try is noted now if it is this one).
-fn unproven_until(node: &Node) -> Option<Instant> {
-    let incarnation = node.lease.incarnation();
-    let mut unproven = node.unproven.lock();
-    let since = match &*unproven {
-        Some((of, since)) if *of == incarnation => *since,
-        _ => {
-            let now = node.clock.now();
-            *unproven = Some((incarnation, now));
-            now
-        }
-    };
-    Some(since + node.config.lease_ttl)
-}
-
-/// Whether the current incarnation's lease was never valid and its first
-/// heartbeat write was tried a TTL ago or more. That write may have landed
-/// with its answer lost, and peers that saw it unchanged for a TTL call the
-/// incarnation expired; were a later renewal to make it valid, they would
-/// take its actors. The node then starts over with a new incarnation (found
-/// by the simulation, seed 4560 of mixed_drains_moves_crashes_partitions).
-fn unproven_for_too_long(node: &Node) -> bool {
-    if node.lease.valid_until().is_some() {
-        return false;
-    }
-    let incarnation = node.lease.incarnation();
-    node.unproven.lock().as_ref().is_some_and(|(of, since)| {
-        *of == incarnation && node.clock.now() >= *since + node.config.lease_ttl
-    })
-}
-
-/// Ends the lease at a clean shutdown (after the actors were released),
-/// waiting for the heartbeat's delete until `deadline` at most.
-pub async fn resign(node: &Node, deadline: tokio::time::Instant) {
-    let _writing = node.heartbeat_lock.lock().await;
-    let _ = node.resigned_tx.send(true);
-    let key = node.keys.node(&node.node_id);
-    match tokio::time::timeout_at(deadline, node.lease.resign(&*node.bucket, &key)).await {
-        Ok(Ok(true)) => tracing::info!("lease resigned: heartbeat deleted"),
-        Ok(Ok(false)) => tracing::info!("the lease had lapsed; its heartbeat expires by itself"),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "deleting the heartbeat failed; it expires after the TTL")
-        }
-        Err(_) => tracing::warn!("deleting the heartbeat took too long; it expires after the TTL"),
-    }
-}
+use crate::peering::lease::{renew, unproven_for_too_long};
 
 /// The heartbeat as a part of the node (`crate::parts`): runs
 /// [`heartbeat_loop`]. It ends when the lease is resigned, not at the
@@ -192,7 +41,7 @@ impl crate::parts::Part for HeartbeatPart {
 /// makes the node drop every actor without releasing, rejoin with a new
 /// incarnation and renew again. Runs until the lease is resigned.
 pub async fn heartbeat_loop(node: Arc<Node>) {
-    let mut resigned = node.resigned_tx.subscribe();
+    let mut resigned = node.peering.beat.resigned();
     let period = node.config.heartbeat_period;
     loop {
         tokio::select! {
@@ -206,17 +55,17 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
         }
         if unproven_for_too_long(&node) {
             // No actor was acquired under it: nothing to drop.
-            node.lease.rejoin();
-            tracing::warn!(incarnation = %node.lease.incarnation(), "the lease never became valid within a TTL: rejoined with a new incarnation");
+            node.peering.lease.rejoin();
+            tracing::warn!(incarnation = %node.peering.lease.incarnation(), "the lease never became valid within a TTL: rejoined with a new incarnation");
         }
-        if node.lease.is_lapsed() {
+        if node.peering.lease.is_lapsed() {
             tracing::error!(
-                resident = node.resident_count(),
+                resident = node.residents.count(),
                 "this node's lease lapsed (the bucket was unreachable longer than the lease TTL): dropping every actor and rejoining"
             );
-            node.drop_every_actor().await;
-            node.lease.rejoin();
-            tracing::info!(incarnation = %node.lease.incarnation(), "rejoined with a new incarnation");
+            node.residents.drop_every_actor().await;
+            node.peering.lease.rejoin();
+            tracing::info!(incarnation = %node.peering.lease.incarnation(), "rejoined with a new incarnation");
         }
         // A bucket that hangs must not hold the loop past a lapse: the next
         // tick then drops the actors. A write cut off here may land later;
@@ -248,7 +97,7 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
                 tracing::warn!(timeout = ?bucket_time_max, "lease renewal timed out");
             }
         }
-        match tokio::time::timeout(bucket_time_max, node.peers.refresh())
+        match tokio::time::timeout(bucket_time_max, node.peering.peers.refresh())
             .await
             .unwrap_or_else(|_| {
                 Err(wasmkeep_cluster::Error::Bucket(
@@ -260,6 +109,7 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
             }) {
             Ok(()) => {
                 let live = node
+                    .peering
                     .peers
                     .all()
                     .iter()

@@ -49,6 +49,7 @@ impl Leftovers {
 /// that starts meanwhile is never undone (it changes the etag first).
 pub(crate) async fn release(node: &Arc<Node>) {
     let actors: Vec<ActorId> = node
+        .peering
         .leftovers
         .actors
         .lock()
@@ -57,14 +58,14 @@ pub(crate) async fn release(node: &Arc<Node>) {
         .cloned()
         .collect();
     for actor in actors {
-        let done = if node.has_stub(&actor) {
+        let done = if node.residents.has_stub(&actor) {
             true
         } else {
-            match node.ownership.leftover_hold(&actor).await {
+            match node.peering.ownership.leftover_hold(&actor).await {
                 Ok(None) => true,
-                Ok(Some(_)) if node.has_stub(&actor) => true,
+                Ok(Some(_)) if node.residents.has_stub(&actor) => true,
                 Ok(Some(etag)) => {
-                    let released = node.ownership.release_leftover(&actor, &etag).await;
+                    let released = node.peering.ownership.release_leftover(&actor, &etag).await;
                     if released {
                         tracing::info!(%actor, "gave back the ownership record a failed release left behind");
                     }
@@ -77,7 +78,7 @@ pub(crate) async fn release(node: &Arc<Node>) {
             }
         };
         if done {
-            node.leftovers.remove(node, &actor);
+            node.peering.leftovers.remove(node, &actor);
         }
     }
 }

@@ -11,8 +11,8 @@
 //! - [`receive_take`]: the take job at the target, answering the take call.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -25,9 +25,10 @@ use wasmkeep_transport::PeerCall;
 use wasmkeep_types::heartbeat::{CAPABILITY_TAKE, DrainState};
 use wasmkeep_types::{ActorId, NodeId, TenantName};
 
-use crate::actor::mailbox::{CLOSE_SERVICE_RESTART, Job, MoveOrder, MoveOutcome};
+use crate::actor::orders::{Job, MoveOrder, MoveOutcome};
+use crate::actor::socket_table::{CLOSE_HANDSHAKE_TIME_MAX, CLOSE_SERVICE_RESTART};
 use crate::node::{Activation, Node, Owner, Stub};
-use crate::peering::forward::{self, MARKER_TAKE};
+use crate::peering::forward::{self, MARKER_TAKE, NodeAnswer};
 use crate::{Error, Result};
 
 pub use crate::peering::forward::HEADER_HOLDER;
@@ -40,12 +41,11 @@ pub const MOVE_KEY_AGE_MAX: Duration = Duration::from_secs(5 * 60);
 /// Moves one node runs at once, each in its own task.
 pub const MOVES_AT_ONCE_MAX: usize = 16;
 /// How long a moving actor's sockets get to close before the move is called
-/// Busy: each socket waits up to [`crate::front::sockets::CLOSE_HANDSHAKE_TIME_MAX`]
+/// Busy: each socket waits up to [`CLOSE_HANDSHAKE_TIME_MAX`]
 /// for its client's close reply, so the move waits longer than that (with
 /// two equal timers, a client that never answers the close frame left the
 /// attempt to a race the socket's timer, started a little later, could lose).
-const SOCKET_CLOSE_WAIT: Duration =
-    Duration::from_secs(crate::front::sockets::CLOSE_HANDSHAKE_TIME_MAX.as_secs() + 1);
+const SOCKET_CLOSE_WAIT: Duration = Duration::from_secs(CLOSE_HANDSHAKE_TIME_MAX.as_secs() + 1);
 /// How often the socket wait looks again.
 const SOCKET_CLOSE_POLL: Duration = Duration::from_millis(10);
 /// The take call's time limit (a restore can take a few seconds).
@@ -77,26 +77,6 @@ pub fn parse_take_body(body: &[u8]) -> std::result::Result<TenantName, String> {
         return Err("the take body has more than two lines".into());
     }
     TenantName::new(tenant.to_owned()).map_err(|e| e.to_string())
-}
-
-/// What a node call (a hand-off or a take) answers; never a guest's response.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeAnswer {
-    pub status: u16,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: String,
-}
-
-impl NodeAnswer {
-    pub fn new(status: u16, body: impl Into<String>) -> Self {
-        let mut body = body.into();
-        body.push('\n');
-        Self {
-            status,
-            headers: Vec::new(),
-            body,
-        }
-    }
 }
 
 /// One move under way.
@@ -223,7 +203,7 @@ struct MoveKey {
 /// Whether this node runs the pass over the move keys now. A draining node
 /// does not: its drain moves every actor already.
 pub(crate) fn wanted(node: &Node) -> bool {
-    node.drain.state() == DrainState::None && !node.is_shutting_down()
+    node.peering.drain.state() == DrainState::None && !node.is_shutting_down()
 }
 
 /// Once per heartbeat period, when [`wanted`]: acts on the move keys
@@ -239,7 +219,7 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
             waiting += 1;
         }
     }
-    node.moves.state.lock().free_last_pass = free;
+    node.peering.moves.state.lock().free_last_pass = free;
     node.metrics.moves_waiting.store(waiting, Ordering::Relaxed);
 }
 
@@ -278,7 +258,7 @@ async fn newest_per_actor(node: &Node, listed: Vec<ObjectMeta>) -> Vec<MoveKey> 
             delete_key(node, &meta.key).await;
             continue;
         }
-        if !node.config.serves_class(&actor.class) {
+        if !node.classes.serves(&actor.class) {
             continue;
         }
         let key = MoveKey {
@@ -326,7 +306,7 @@ async fn act_on(node: &Arc<Node>, key: MoveKey, free: &mut BTreeSet<String>) -> 
     // A stub is not a hold: one that is still activating is decided at the
     // next pass, and one whose activation found the actor elsewhere (it
     // forwards with a hint) says nothing about the key.
-    let held = match node.live_stub(actor) {
+    let held = match node.residents.live_stub(actor) {
         Some(stub) => match stub.activation.get() {
             Activation::Ready => Some(stub),
             Activation::Pending => return Acted::Nothing,
@@ -335,7 +315,7 @@ async fn act_on(node: &Arc<Node>, key: MoveKey, free: &mut BTreeSet<String>) -> 
         None => None,
     };
     if let Some(stub) = held {
-        if !node.lease.is_valid() {
+        if !node.peering.lease.is_valid() {
             return Acted::Nothing;
         }
         if key.target == node.node_id {
@@ -346,12 +326,12 @@ async fn act_on(node: &Arc<Node>, key: MoveKey, free: &mut BTreeSet<String>) -> 
         let Some(url) = target_url(node, &key) else {
             return Acted::Waiting;
         };
-        if node.moves.start_task(actor) {
+        if node.peering.moves.start_task(actor) {
             let node = Arc::clone(node);
             tokio::spawn(async move {
                 let actor = key.actor.clone();
                 run_move(&node, &stub, &key, &url).await;
-                node.moves.finish_task(&actor);
+                node.peering.moves.finish_task(&actor);
             });
         }
         return Acted::Nothing;
@@ -360,21 +340,27 @@ async fn act_on(node: &Arc<Node>, key: MoveKey, free: &mut BTreeSet<String>) -> 
         return Acted::Nothing;
     }
     // Named as the target of an actor that is not resident here.
-    match node.ownership.holder(actor).await {
+    match node.peering.ownership.holder(actor).await {
         Ok(Some(holder)) if holder != node.node_id => {
             // Its owner acts on the key.
         }
         Ok(_) => {
-            let seen_before = node.moves.state.lock().free_last_pass.contains(&key.key);
+            let seen_before = node
+                .peering
+                .moves
+                .state
+                .lock()
+                .free_last_pass
+                .contains(&key.key);
             if !seen_before {
                 free.insert(key.key.clone());
                 return Acted::Nothing;
             }
-            if node.moves.start_task(actor) {
+            if node.peering.moves.start_task(actor) {
                 let node = Arc::clone(node);
                 tokio::spawn(async move {
                     take_here(&node, &key).await;
-                    node.moves.finish_task(&key.actor);
+                    node.peering.moves.finish_task(&key.actor);
                 });
             }
         }
@@ -390,6 +376,7 @@ async fn act_on(node: &Arc<Node>, key: MoveKey, free: &mut BTreeSet<String>) -> 
 /// stays for a later pass: a target may be starting or briefly suspect).
 fn target_url(node: &Node, key: &MoveKey) -> Option<String> {
     let eligible = node
+        .peering
         .peers
         .eligible(&key.actor.class)
         .into_iter()
@@ -399,7 +386,7 @@ fn target_url(node: &Node, key: &MoveKey) -> Option<String> {
             return Some(peer.heartbeat.advertise.clone());
         }
         Some(_) => "it does not advertise take (heartbeat line 11)",
-        None => match node.peers.get(&key.target) {
+        None => match node.peering.peers.get(&key.target) {
             None => "no heartbeat of it is known",
             Some(p) if !p.live => "its lease is not valid",
             Some(p) if p.heartbeat.app != node.config.app => "it serves another app",
@@ -408,7 +395,7 @@ fn target_url(node: &Node, key: &MoveKey) -> Option<String> {
             Some(_) => "it is not serving the class",
         },
     };
-    if node.moves.should_log(&key.key) {
+    if node.peering.moves.should_log(&key.key) {
         tracing::warn!(actor = %key.actor, target = %key.target, reason = why, "move waits: the target cannot take the actor now (logged at most every 30 s)");
     }
     None
@@ -418,7 +405,7 @@ fn target_url(node: &Node, key: &MoveKey) -> Option<String> {
 async fn run_move(node: &Arc<Node>, stub: &Arc<Stub>, key: &MoveKey, url: &str) {
     let actor = &key.actor;
     let started = Instant::now();
-    let token = node.moves.begin(actor, &key.target);
+    let token = node.peering.moves.begin(actor, &key.target);
     node.metrics.moves_started.fetch_add(1, Ordering::Relaxed);
     tracing::info!(%actor, target = %key.target, "moving the actor");
     match tokio::time::timeout(MOVE_DEADLINE, attempt(node, stub, key, url, token, started)).await {
@@ -433,12 +420,12 @@ async fn run_move(node: &Arc<Node>, stub: &Arc<Stub>, key: &MoveKey, url: &str) 
             node.metrics.moves_retried.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%actor, target = %key.target, "move had no outcome within 30 s; given up for this pass");
             // The stub hibernates: its next event claims the actor as usual.
-            if node.is_live(stub) {
+            if node.residents.is_live(stub) {
                 let _ = stub.tx.try_send(Box::new(Job::Hibernate));
             }
         }
     }
-    node.moves.end(actor, token);
+    node.peering.moves.end(actor, token);
 }
 
 enum Attempt {
@@ -468,7 +455,10 @@ async fn attempt(
     if stub
         .tx
         .send(Box::new(Job::Move {
-            order: Box::new(MoveAttempt { token }),
+            order: Box::new(MoveAttempt {
+                node: Arc::downgrade(node),
+                token,
+            }),
             reply: reply_tx,
         }))
         .await
@@ -529,7 +519,7 @@ async fn finish(node: &Node, key: &MoveKey, alarm: Option<i64>, started: Instant
     if let Some(at_ms) = alarm {
         node.timer.clear_if(&key.actor, at_ms);
     }
-    node.hints.learn(&key.actor, &key.target);
+    node.peering.hints.learn(&key.actor, &key.target);
     delete_key(node, &key.key).await;
     Attempt::Done
 }
@@ -539,10 +529,12 @@ async fn finish(node: &Node, key: &MoveKey, alarm: Option<i64>, started: Instant
 fn close_sockets(node: &Node, stub: &Stub) {
     let sockets = stub.sockets.lock();
     for entry in sockets.sockets.values() {
-        let _ = entry.tx.try_send(crate::actor::host::Outgoing::Close(
-            CLOSE_SERVICE_RESTART,
-            "actor moving to another node".into(),
-        ));
+        let _ = entry
+            .tx
+            .try_send(crate::actor::socket_table::Outgoing::Close(
+                CLOSE_SERVICE_RESTART,
+                "actor moving to another node".into(),
+            ));
     }
     if !sockets.sockets.is_empty() {
         tracing::debug!(actor = %stub.id, sockets = sockets.sockets.len(), node = %node.node_id, "closing sockets for a move");
@@ -627,7 +619,7 @@ pub async fn receive_take(node: &Arc<Node>, actor: &ActorId, body: &[u8]) -> Nod
 /// actor; forget any learned owner; 404 for an actor that does not exist;
 /// acquire and restore (no guest event runs); arm the committed alarm.
 pub async fn take(node: &Arc<Node>, actor: &ActorId, tenant: &TenantName) -> NodeAnswer {
-    if node.drain.state() != DrainState::None {
+    if node.peering.drain.state() != DrainState::None {
         return NodeAnswer::new(503, "this node drains");
     }
     if node.is_shutting_down() {
@@ -642,7 +634,7 @@ pub async fn take(node: &Arc<Node>, actor: &ActorId, tenant: &TenantName) -> Nod
             format!("the take names tenant {tenant}, not the actor's"),
         );
     }
-    if node.class(&actor.class).is_err() {
+    if node.classes.get(&actor.class).is_err() {
         return NodeAnswer::new(
             404,
             format!("this node does not serve class {}", actor.class),
@@ -650,7 +642,7 @@ pub async fn take(node: &Arc<Node>, actor: &ActorId, tenant: &TenantName) -> Nod
     }
     // A hint left from forwarding to the old owner must not answer for the bucket.
     node.forget_hints(actor);
-    if node.live_stub(actor).is_none() {
+    if node.residents.live_stub(actor).is_none() {
         match exists(node, actor).await {
             Ok(true) => {}
             Ok(false) => return NodeAnswer::new(404, format!("actor {actor} does not exist")),
@@ -664,7 +656,7 @@ pub async fn take(node: &Arc<Node>, actor: &ActorId, tenant: &TenantName) -> Nod
         // 2064 of move_under_concurrent_events_with_an_alarm_due: a node
         // whose lease had lapsed answered 200, and the old owner deleted the
         // key and forgot the alarm while another node held the actor).
-        Ok(Owner::Local(_)) if !node.lease.is_valid() => {
+        Ok(Owner::Local(_)) if !node.peering.lease.is_valid() => {
             NodeAnswer::new(503, "this node's lease is not valid")
         }
         Ok(Owner::Local(_)) => NodeAnswer::new(200, "taken"),
@@ -675,7 +667,7 @@ pub async fn take(node: &Arc<Node>, actor: &ActorId, tenant: &TenantName) -> Nod
             // move_under_concurrent_events_with_an_alarm_due: a slow bucket
             // reply made the take name the old owner, which had released the
             // actor). A holder is named only from a read made for the take.
-            match node.ownership.holder(actor).await {
+            match node.peering.ownership.holder(actor).await {
                 Ok(Some(holder)) => {
                     let mut answer = NodeAnswer::new(409, format!("node {holder} holds the actor"));
                     answer.headers.push((HEADER_HOLDER, holder.to_string()));
@@ -703,22 +695,29 @@ async fn exists(node: &Node, actor: &ActorId) -> Result<bool> {
     {
         return Ok(true);
     }
-    Ok(node.ownership.read(actor).await?.is_some())
+    Ok(node.peering.ownership.read(actor).await?.is_some())
 }
 
 /// One attempt of a move as the actor's mailbox sees it
 /// (`mailbox::MoveOrder`).
+/// Holds its node weakly: a job left in a mailbox must not keep a stopped
+/// node alive.
 struct MoveAttempt {
+    node: Weak<Node>,
     token: u64,
 }
 
 impl MoveOrder for MoveAttempt {
-    fn is_current(&self, node: &Node, actor: &ActorId) -> bool {
-        node.moves.is_current(actor, self.token)
+    fn is_current(&self, actor: &ActorId) -> bool {
+        self.node
+            .upgrade()
+            .is_some_and(|node| node.peering.moves.is_current(actor, self.token))
     }
 
-    fn forget(&self, node: &Node, actor: &ActorId) {
-        node.moves.forget(actor);
+    fn forget(&self, actor: &ActorId) {
+        if let Some(node) = self.node.upgrade() {
+            node.peering.moves.forget(actor);
+        }
     }
 }
 

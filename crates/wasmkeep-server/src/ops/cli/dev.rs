@@ -18,11 +18,6 @@ use super::args::{DeployArgs, DevArgs, ServeArgs};
 use super::config::{Defaults, default_data_dir, default_node_id, node_config, runtime_config_for};
 use crate::{NodeConfig, actor::classes, front::http, node::Node};
 
-/// Opens a bucket URL: `file:///abs/path`, `memory://`, `s3://bucket/prefix`.
-pub async fn open_bucket(url: &str) -> anyhow::Result<Arc<dyn Bucket>> {
-    Ok(wasmkeep_bucket::open(url).await?)
-}
-
 /// Opens the bucket while another thread builds the runtime: both take
 /// milliseconds at start (the folder's recovery and pool adoption; the
 /// instance pools' guard pages, some two thousand `mprotect`s).
@@ -32,7 +27,7 @@ async fn open_bucket_and_runtime(
 ) -> anyhow::Result<(Arc<dyn Bucket>, Runtime)> {
     let runtime_config = runtime_config_for(config);
     let runtime = tokio::task::spawn_blocking(move || Runtime::new(runtime_config));
-    let bucket = open_bucket(url).await?;
+    let bucket = wasmkeep_bucket::open(url).await?;
     let runtime = runtime.await.context("building the runtime")??;
     Ok((bucket, runtime))
 }
@@ -42,7 +37,7 @@ pub(super) async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     let app = AppName::new(args.app)?;
     let bytes =
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
-    let bucket = open_bucket(&args.bucket).await?;
+    let bucket = wasmkeep_bucket::open(&args.bucket).await?;
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(
             args.data_dir
@@ -223,12 +218,12 @@ async fn serve_node(
     ));
     eprintln!(
         "wasmkeep: serving on {scheme}://{addr} as node {} (advertised {})",
-        node.node_id, node.advertise
+        node.node_id, node.peering.advertise
     );
     on_ready(addr);
     wait_for_signal().await?;
     if let Some(timeout) = drain_timeout
-        && node.signer.is_some()
+        && node.peering.signer.is_some()
         && node.is_serving()
     {
         tracing::info!(?timeout, "SIGTERM: draining before stopping");

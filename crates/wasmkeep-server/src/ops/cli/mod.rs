@@ -25,7 +25,6 @@ pub use args::{
 };
 pub use config::warn_misspelt_env;
 use control::{actor_delete, actor_move, node_drain, node_undrain};
-pub use dev::open_bucket;
 use dev::{deploy, dev, serve};
 use views::{actor_inspect, actor_list, node_list};
 
