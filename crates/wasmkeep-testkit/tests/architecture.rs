@@ -8,6 +8,7 @@
 //! `sim/src/`), up to its first `#[cfg(test)]` line; `tests/`, `benches/`
 //! and `examples/` are test source.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Longest non-test source file, in lines.
@@ -330,6 +331,119 @@ fn only_the_backends_implement_bucket_and_every_wrapper_is_around() {
     );
 }
 
+/// The modules named in `text` by `crate::` and `super::` paths (for the
+/// module `module`), resolved to the longest module of `modules` that
+/// prefixes each path.
+fn imports(module: &str, text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let resolve = |path: &str| -> Option<String> {
+        let segments: Vec<&str> = path.split("::").collect();
+        (1..=segments.len())
+            .rev()
+            .map(|n| segments[..n].join("::"))
+            .find(|candidate| modules.contains(candidate))
+    };
+    let lower_path = |rest: &str| -> String {
+        rest.chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_' || *c == ':')
+            .collect::<String>()
+            .trim_end_matches(':')
+            .to_owned()
+    };
+    let parent = module.rsplit_once("::").map_or("", |(p, _)| p);
+    let mut found = BTreeSet::new();
+    for (at, _) in text.match_indices("crate::") {
+        let rest = &text[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // `use crate::{a::b, c};`: each item of the group.
+            let group = &group[..group.find("};").unwrap_or(group.len())];
+            for item in group.split([',', '{']) {
+                found.extend(resolve(&lower_path(item.trim())));
+            }
+        } else {
+            found.extend(resolve(&lower_path(rest)));
+        }
+    }
+    for (at, _) in text.match_indices("super::") {
+        let path = lower_path(&text[at + "super::".len()..]);
+        let full = if parent.is_empty() {
+            path
+        } else {
+            format!("{parent}::{path}")
+        };
+        found.extend(resolve(&full));
+    }
+    found.remove(module);
+    found
+}
+
+/// The groups of modules that import each other in a cycle (strongly
+/// connected components of more than one module), each sorted.
+fn import_cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    let reach = |from: &String| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(at) = stack.pop() {
+            for next in graph.get(&at).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reachable: BTreeMap<&String, BTreeSet<String>> =
+        graph.keys().map(|m| (m, reach(m))).collect();
+    let mut cycles: Vec<Vec<String>> = Vec::new();
+    for (module, from_here) in &reachable {
+        if cycles.iter().any(|c| c.contains(module)) {
+            continue;
+        }
+        let cycle: Vec<String> = from_here
+            .iter()
+            .filter(|other| reachable.get(other).is_some_and(|r| r.contains(*module)))
+            .cloned()
+            .collect();
+        if cycle.len() > 1 {
+            cycles.push(cycle);
+        }
+    }
+    cycles
+}
+
+#[test]
+fn the_servers_modules_import_each_other_without_a_cycle() {
+    let src = workspace().join("crates/wasmkeep-server/src");
+    let mut texts = BTreeMap::new();
+    for file in rust_files(&src) {
+        let relative = file
+            .strip_prefix(&src)
+            .expect("under src/")
+            .with_extension("")
+            .display()
+            .to_string();
+        let module = relative.trim_end_matches("/mod").replace('/', "::");
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let text: Vec<String> = code_lines(&file).into_iter().map(|(_, l)| l).collect();
+        texts.insert(module, text.join("\n"));
+    }
+    assert!(texts.contains_key("node"), "the server has a node module");
+    let modules: BTreeSet<String> = texts.keys().cloned().collect();
+    let graph: BTreeMap<String, BTreeSet<String>> = texts
+        .iter()
+        .map(|(m, text)| (m.clone(), imports(m, text, &modules)))
+        .collect();
+    let broken = import_cycles(&graph)
+        .into_iter()
+        .map(|cycle| cycle.join(" <-> "))
+        .collect();
+    check(
+        "the server's modules import each other without a cycle (a part's handle never imports the node; the node's glue is imported by nobody)",
+        broken,
+    );
+}
+
 /// The rules' scans find what they look for: each check, run on a line
 /// that breaks it, reports it (so a rule that matches nothing cannot pass
 /// by accident).
@@ -357,6 +471,26 @@ fn each_rule_catches_a_line_that_breaks_it() {
         Some("W")
     );
     assert_eq!(bucket_implementor("impl Around for Wrapper {"), None);
+    let modules: BTreeSet<String> = ["node", "actor::mailbox", "actor::orders"]
+        .map(String::from)
+        .into();
+    let mailbox = imports(
+        "actor::mailbox",
+        "use crate::{node::Node, Result};\nuse super::orders::Job;",
+        &modules,
+    );
+    assert_eq!(mailbox, ["actor::orders", "node"].map(String::from).into());
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("node", ["actor::mailbox"].map(String::from).into()),
+        ("actor::mailbox", mailbox),
+        ("actor::orders", BTreeSet::new()),
+    ]
+    .map(|(m, i)| (m.to_owned(), i))
+    .into();
+    assert_eq!(
+        import_cycles(&graph),
+        vec![vec!["actor::mailbox".to_owned(), "node".to_owned()]]
+    );
     let commented = dir.path().join("commented.rs");
     std::fs::write(&commented, "let url = \"http://x\"; // wasmtime::Engine\n").expect("writable");
     let lines = code_lines(&commented);
