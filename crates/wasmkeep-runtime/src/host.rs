@@ -25,22 +25,7 @@ pub enum Message {
     Binary(Vec<u8>),
 }
 
-/// One SQL parameter or column value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SqlValue {
-    Null,
-    Integer(i64),
-    Real(f64),
-    Text(String),
-    Blob(Vec<u8>),
-}
-
-/// The result of a query: column names, then each row's values in that order.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct SqlRows {
-    pub columns: Vec<String>,
-    pub rows: Vec<Vec<SqlValue>>,
-}
+pub use wasmkeep_types::sql::{SqlRows, SqlValue};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {

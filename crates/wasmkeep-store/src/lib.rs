@@ -36,7 +36,7 @@ use std::time::Duration;
 pub use erase::erase;
 pub use error::{Error, Result};
 pub use record::FORMAT_VERSION;
-pub use sql::{QueryRows, SqlError, SqlParam, SqlValue};
+pub use sql::{SqlError, SqlParam, SqlRows, SqlValue};
 pub use store::{ActorStore, OutputGate};
 pub use vfs::PAGE_BYTES;
 

@@ -16,25 +16,10 @@ use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 /// Names starting with this (any case) belong to the store.
 pub const RESERVED_PREFIX: &str = "_wasmkeep";
 
-/// A value bound to or read from a statement.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SqlValue {
-    Null,
-    Integer(i64),
-    Real(f64),
-    Text(String),
-    Blob(Vec<u8>),
-}
+pub use wasmkeep_types::sql::{SqlRows, SqlValue};
 
 /// A parameter is a value.
 pub type SqlParam = SqlValue;
-
-/// The rows of a query, with column names.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct QueryRows {
-    pub columns: Vec<String>,
-    pub rows: Vec<Vec<SqlValue>>,
-}
 
 /// A guest's SQL failed; `Display` is SQLite's message (or ours, naming the
 /// rule, when the authorizer refused).
@@ -52,9 +37,13 @@ impl SqlError {
     }
 }
 
-impl rusqlite::ToSql for SqlValue {
+/// A value bound to a statement (`SqlValue` is the types crate's, so the
+/// store binds it through this).
+pub(crate) struct Param<'a>(pub(crate) &'a SqlValue);
+
+impl rusqlite::ToSql for Param<'_> {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(match self {
+        Ok(match self.0 {
             SqlValue::Null => ToSqlOutput::Owned(Value::Null),
             SqlValue::Integer(i) => ToSqlOutput::Owned(Value::Integer(*i)),
             SqlValue::Real(r) => ToSqlOutput::Owned(Value::Real(*r)),
@@ -64,24 +53,23 @@ impl rusqlite::ToSql for SqlValue {
     }
 }
 
-impl SqlValue {
-    pub(crate) fn from_ref(v: ValueRef<'_>) -> Self {
-        match v {
-            ValueRef::Null => SqlValue::Null,
-            ValueRef::Integer(i) => SqlValue::Integer(i),
-            ValueRef::Real(r) => SqlValue::Real(r),
-            ValueRef::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
-            ValueRef::Blob(b) => SqlValue::Blob(b.to_vec()),
-        }
+/// A column value as read from a row.
+pub(crate) fn value_from_ref(v: ValueRef<'_>) -> SqlValue {
+    match v {
+        ValueRef::Null => SqlValue::Null,
+        ValueRef::Integer(i) => SqlValue::Integer(i),
+        ValueRef::Real(r) => SqlValue::Real(r),
+        ValueRef::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => SqlValue::Blob(b.to_vec()),
     }
+}
 
-    /// Bytes this value costs in a result (for the result size limit).
-    pub(crate) fn cost_bytes(&self) -> usize {
-        16 + match self {
-            SqlValue::Text(t) => t.len(),
-            SqlValue::Blob(b) => b.len(),
-            _ => 0,
-        }
+/// Bytes a value costs in a result (for the result size limit).
+pub(crate) fn cost_bytes(value: &SqlValue) -> usize {
+    16 + match value {
+        SqlValue::Text(t) => t.len(),
+        SqlValue::Blob(b) => b.len(),
+        _ => 0,
     }
 }
 

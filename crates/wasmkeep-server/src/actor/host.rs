@@ -67,26 +67,6 @@ fn log_lines(message: &str) -> (impl Iterator<Item = &str>, usize) {
     (lines, message.len() - kept.len())
 }
 
-fn to_store(value: SqlValue) -> wasmkeep_store::SqlValue {
-    match value {
-        SqlValue::Null => wasmkeep_store::SqlValue::Null,
-        SqlValue::Integer(i) => wasmkeep_store::SqlValue::Integer(i),
-        SqlValue::Real(r) => wasmkeep_store::SqlValue::Real(r),
-        SqlValue::Text(t) => wasmkeep_store::SqlValue::Text(t),
-        SqlValue::Blob(b) => wasmkeep_store::SqlValue::Blob(b),
-    }
-}
-
-fn from_store(value: wasmkeep_store::SqlValue) -> SqlValue {
-    match value {
-        wasmkeep_store::SqlValue::Null => SqlValue::Null,
-        wasmkeep_store::SqlValue::Integer(i) => SqlValue::Integer(i),
-        wasmkeep_store::SqlValue::Real(r) => SqlValue::Real(r),
-        wasmkeep_store::SqlValue::Text(t) => SqlValue::Text(t),
-        wasmkeep_store::SqlValue::Blob(b) => SqlValue::Blob(b),
-    }
-}
-
 /// Removes marker headers (`x-wasmkeep-*`) that only nodes may set.
 pub fn strip_markers(headers: &mut Vec<(String, String)>) {
     headers.retain(|(name, _)| !name.to_ascii_lowercase().starts_with("x-wasmkeep-"));
@@ -95,26 +75,15 @@ pub fn strip_markers(headers: &mut Vec<(String, String)>) {
 #[async_trait::async_trait]
 impl ActorHost for NodeHost {
     fn sql_execute(&mut self, statement: &str, params: Vec<SqlValue>) -> Result<u64, String> {
-        let params: Vec<_> = params.into_iter().map(to_store).collect();
         self.store
             .execute(statement, &params)
             .map_err(|e| e.to_string())
     }
 
     fn sql_query(&mut self, statement: &str, params: Vec<SqlValue>) -> Result<SqlRows, String> {
-        let params: Vec<_> = params.into_iter().map(to_store).collect();
-        let rows = self
-            .store
+        self.store
             .query(statement, &params)
-            .map_err(|e| e.to_string())?;
-        Ok(SqlRows {
-            columns: rows.columns,
-            rows: rows
-                .rows
-                .into_iter()
-                .map(|row| row.into_iter().map(from_store).collect())
-                .collect(),
-        })
+            .map_err(|e| e.to_string())
     }
 
     fn alarm_get(&mut self) -> Option<i64> {

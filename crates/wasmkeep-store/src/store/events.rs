@@ -11,7 +11,7 @@ use rusqlite::{Connection, params_from_iter};
 
 use crate::conn::Conn;
 use crate::record;
-use crate::sql::{self, QueryRows, SqlError, SqlValue};
+use crate::sql::{self, SqlError, SqlRows, SqlValue};
 use crate::vfs::{Changes, PAGE_BYTES, zero_page};
 use crate::{Error, Result};
 
@@ -118,7 +118,7 @@ impl ActorStore {
                 return Err(rusqlite::Error::ExecuteReturnedResults);
             }
             let before = conn.total_changes();
-            stmt.execute(params_from_iter(params.iter()))?;
+            stmt.execute(params_from_iter(params.iter().map(sql::Param)))?;
             // SQLite's count of the last INSERT, UPDATE or DELETE stays as
             // it was across other statements (DDL, SAVEPOINT, ...): those
             // changed no row.
@@ -131,15 +131,15 @@ impl ActorStore {
     }
 
     /// Runs one statement and returns its rows (at most `query_bytes_max`).
-    pub fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<QueryRows, SqlError> {
+    pub fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, SqlError> {
         check_statement_text(sql)?;
         let mut too_big = false;
         let out = self.guest_call(|conn, bytes_max| {
             let mut stmt = conn.prepare_cached(sql)?;
             let columns: Vec<String> = stmt.column_names().into_iter().map(str::to_owned).collect();
             let n = columns.len();
-            let mut rows = stmt.query(params_from_iter(params.iter()))?;
-            let mut out = QueryRows {
+            let mut rows = stmt.query(params_from_iter(params.iter().map(sql::Param)))?;
+            let mut out = SqlRows {
                 columns,
                 rows: Vec::new(),
             };
@@ -147,8 +147,8 @@ impl ActorStore {
             while let Some(row) = rows.next()? {
                 let mut values = Vec::with_capacity(n);
                 for i in 0..n {
-                    let v = SqlValue::from_ref(row.get_ref(i)?);
-                    bytes += v.cost_bytes();
+                    let v = sql::value_from_ref(row.get_ref(i)?);
+                    bytes += sql::cost_bytes(&v);
                     values.push(v);
                 }
                 if bytes > bytes_max {
