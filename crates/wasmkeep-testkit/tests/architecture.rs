@@ -333,7 +333,8 @@ fn only_the_backends_implement_bucket_and_every_wrapper_is_around() {
 
 /// The modules named in `text` by `crate::` and `super::` paths (for the
 /// module `module`), resolved to the longest module of `modules` that
-/// prefixes each path.
+/// prefixes each path, and the module's own children named by a path of
+/// their own (`child::Item`).
 fn imports(module: &str, text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
     let resolve = |path: &str| -> Option<String> {
         let segments: Vec<&str> = path.split("::").collect();
@@ -371,6 +372,23 @@ fn imports(module: &str, text: &str, modules: &BTreeSet<String>) -> BTreeSet<Str
             format!("{parent}::{path}")
         };
         found.extend(resolve(&full));
+    }
+    // A parent names its own child modules without a prefix
+    // (`drain::Drain` in `peering/mod.rs`).
+    for child in modules.iter().filter_map(|m| {
+        m.strip_prefix(module)
+            .and_then(|rest| rest.strip_prefix("::"))
+            .filter(|rest| !rest.contains("::"))
+    }) {
+        let named = text.match_indices(&format!("{child}::")).any(|(at, _)| {
+            !text[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+        });
+        if named {
+            found.insert(format!("{module}::{child}"));
+        }
     }
     found.remove(module);
     found
@@ -471,7 +489,7 @@ fn each_rule_catches_a_line_that_breaks_it() {
         Some("W")
     );
     assert_eq!(bucket_implementor("impl Around for Wrapper {"), None);
-    let modules: BTreeSet<String> = ["node", "actor::mailbox", "actor::orders"]
+    let modules: BTreeSet<String> = ["node", "actor", "actor::mailbox", "actor::orders"]
         .map(String::from)
         .into();
     let mailbox = imports(
@@ -480,6 +498,12 @@ fn each_rule_catches_a_line_that_breaks_it() {
         &modules,
     );
     assert_eq!(mailbox, ["actor::orders", "node"].map(String::from).into());
+    let actor = imports(
+        "actor",
+        "pub struct S(mailbox::Job, my_mailbox::X);",
+        &modules,
+    );
+    assert_eq!(actor, ["actor::mailbox"].map(String::from).into());
     let graph: BTreeMap<String, BTreeSet<String>> = [
         ("node", ["actor::mailbox"].map(String::from).into()),
         ("actor::mailbox", mailbox),

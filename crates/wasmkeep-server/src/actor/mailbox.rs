@@ -152,7 +152,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
             // The write may have landed (its answer lost, the re-read
             // failed): the leftovers give the record back if it names this
             // incarnation, as for a failed release (ADR 0020).
-            node.peering.leftovers.add(node, actor);
+            node.peering.leftovers.add(&node.metrics, actor);
             return Err(e.into());
         }
     };
@@ -787,7 +787,7 @@ async fn hand_over(
             if returned == LeaseReturn::Failed && node.peering.lease.is_valid() {
                 // The record names this node while it lives: given back at a
                 // later heartbeat, so the actor does not wait for this node to stop.
-                node.peering.leftovers.add(node, &stub.id);
+                node.peering.leftovers.add(&node.metrics, &stub.id);
             }
             returned
         }

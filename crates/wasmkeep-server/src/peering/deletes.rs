@@ -103,7 +103,7 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
     if node.peering.ownership.release(actor, &etag).await == LeaseReturn::Failed
         && node.peering.lease.is_valid()
     {
-        node.peering.leftovers.add(node, actor);
+        node.peering.leftovers.add(&node.metrics, actor);
     }
     may_hold.settled = true;
     deleted.map(drop)
@@ -123,7 +123,7 @@ impl Drop for MayHold<'_> {
     fn drop(&mut self) {
         if !self.settled {
             tracing::warn!(actor = %self.actor, "a delete pass ended while it may hold the actor; the record is given back at the next heartbeat");
-            self.node.peering.leftovers.add(self.node, self.actor);
+            self.node.peering.leftovers.add(&self.node.metrics, self.actor);
         }
     }
 }

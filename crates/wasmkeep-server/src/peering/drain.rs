@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use tokio::time::Instant;
 use wasmkeep_types::ActorId;
 use wasmkeep_types::heartbeat::DrainState;
@@ -27,56 +26,6 @@ const BLOCKED_LOG_PERIOD: Duration = Duration::from_secs(10);
 /// The drain task looks again at least this often (a full mailbox, a stub
 /// that appeared through a fallback).
 const DRAIN_PASS_PERIOD: Duration = Duration::from_millis(250);
-
-/// The node's drain, as heartbeat line 9 reports it.
-#[derive(Debug, Default)]
-pub struct Drain {
-    status: Mutex<Status>,
-}
-
-#[derive(Debug)]
-struct Status {
-    state: DrainState,
-    /// The drain key exists (seen at the last heartbeat).
-    by_key: bool,
-    /// SIGTERM asked for it.
-    by_signal: bool,
-    /// Why a requested drain has not started (no eligible peer).
-    blocked: Option<String>,
-    blocked_logged: Option<Instant>,
-    task_running: bool,
-}
-
-impl Default for Status {
-    fn default() -> Self {
-        Self {
-            state: DrainState::None,
-            by_key: false,
-            by_signal: false,
-            blocked: None,
-            blocked_logged: None,
-            task_running: false,
-        }
-    }
-}
-
-impl Drain {
-    /// Heartbeat line 9.
-    pub fn state(&self) -> DrainState {
-        self.status.lock().state
-    }
-
-    /// Draining or drained: no actor is acquired here while an eligible peer
-    /// exists.
-    pub fn is_active(&self) -> bool {
-        matches!(self.state(), DrainState::Draining | DrainState::Drained)
-    }
-
-    /// Why a requested drain waits, if it does.
-    pub fn blocked_reason(&self) -> Option<String> {
-        self.status.lock().blocked.clone()
-    }
-}
 
 /// Called once per heartbeat period, after the peers were refreshed: reads
 /// the drain key and moves the drain state along.

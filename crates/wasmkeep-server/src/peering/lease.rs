@@ -4,42 +4,11 @@
 
 use std::sync::atomic::Ordering;
 
-use parking_lot::Mutex;
-use tokio::sync::watch;
 use tokio::time::Instant;
-use wasmkeep_types::heartbeat::{CAPABILITY_TAKE, ClassesServed, Heartbeat, NodeState};
+use wasmkeep_types::heartbeat::{CAPABILITY_TAKE, ClassesServed, Heartbeat};
 
 use crate::Result;
 use crate::node::Node;
-
-/// The heartbeat's own state, kept in the node's [`Peering`](super::Peering).
-pub(crate) struct Beat {
-    /// What the heartbeat says of the node: starting, serving, stopping.
-    pub(crate) state: Mutex<NodeState>,
-    /// Held while the heartbeat is written, so a resignation never races a renewal.
-    lock: tokio::sync::Mutex<()>,
-    /// Turned true once the lease was resigned: the heartbeat part stops.
-    resigned_tx: watch::Sender<bool>,
-    /// The incarnation whose lease has not been valid yet, and when its first
-    /// heartbeat write was tried (see [`renew`]).
-    unproven: Mutex<Option<(String, Instant)>>,
-}
-
-impl Beat {
-    /// Turns true once the lease was resigned.
-    pub(crate) fn resigned(&self) -> watch::Receiver<bool> {
-        self.resigned_tx.subscribe()
-    }
-
-    pub(crate) fn new() -> Self {
-        Self {
-            state: Mutex::new(NodeState::Starting),
-            lock: tokio::sync::Mutex::new(()),
-            resigned_tx: watch::channel(false).0,
-            unproven: Mutex::new(None),
-        }
-    }
-}
 
 /// This node's heartbeat now.
 fn heartbeat(node: &Node) -> Heartbeat {

@@ -4,43 +4,14 @@
 //! else may claim the actor then, and a move or drain stalls until an event
 //! comes back here. Once per heartbeat the node gives such holds back.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use parking_lot::Mutex;
 use wasmkeep_types::ActorId;
 
 use crate::node::Node;
 
 /// Leftover holds retried in one heartbeat; the rest wait for the next.
 const RETRIES_PER_PASS_MAX: usize = 64;
-
-/// Actors whose release failed while this node's lease stayed valid.
-#[derive(Debug, Default)]
-pub(crate) struct Leftovers {
-    actors: Mutex<BTreeSet<ActorId>>,
-}
-
-impl Leftovers {
-    pub(crate) fn add(&self, node: &Node, actor: &ActorId) {
-        let mut actors = self.actors.lock();
-        actors.insert(actor.clone());
-        node.metrics.leftover_holds.store(
-            i64::try_from(actors.len()).unwrap_or(i64::MAX),
-            Ordering::Relaxed,
-        );
-    }
-
-    fn remove(&self, node: &Node, actor: &ActorId) {
-        let mut actors = self.actors.lock();
-        actors.remove(actor);
-        node.metrics.leftover_holds.store(
-            i64::try_from(actors.len()).unwrap_or(i64::MAX),
-            Ordering::Relaxed,
-        );
-    }
-}
 
 /// One attempt per leftover hold: an actor resident here again keeps its
 /// hold (its next hand-over releases it); a record that no longer names
@@ -78,7 +49,7 @@ pub(crate) async fn release(node: &Arc<Node>) {
             }
         };
         if done {
-            node.peering.leftovers.remove(node, &actor);
+            node.peering.leftovers.remove(&node.metrics, &actor);
         }
     }
 }

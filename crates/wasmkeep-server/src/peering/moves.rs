@@ -10,13 +10,12 @@
 //!   actor nobody holds takes it ([`take_here`]).
 //! - [`receive_take`]: the take job at the target, answering the take call.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use wasmkeep_bucket::ObjectMeta;
@@ -29,17 +28,14 @@ use crate::actor::orders::{Job, MoveOrder, MoveOutcome};
 use crate::actor::socket_table::{CLOSE_HANDSHAKE_TIME_MAX, CLOSE_SERVICE_RESTART};
 use crate::node::{Activation, Node, Owner, Stub};
 use crate::peering::forward::{self, MARKER_TAKE, NodeAnswer};
+pub use crate::peering::handle::{MOVE_DEADLINE, MOVES_AT_ONCE_MAX};
 use crate::{Error, Result};
 
 pub use crate::peering::forward::HEADER_HOLDER;
 /// First line of a take call's (signed) body; the second is the tenant.
 pub const TAKE_BODY_VERSION: &str = "wasmkeep-take 1";
-/// A move that has no outcome this long after it started is given up.
-pub const MOVE_DEADLINE: Duration = Duration::from_secs(30);
 /// Move keys older than this are deleted unread.
 pub const MOVE_KEY_AGE_MAX: Duration = Duration::from_secs(5 * 60);
-/// Moves one node runs at once, each in its own task.
-pub const MOVES_AT_ONCE_MAX: usize = 16;
 /// How long a moving actor's sockets get to close before the move is called
 /// Busy: each socket waits up to [`CLOSE_HANDSHAKE_TIME_MAX`]
 /// for its client's close reply, so the move waits longer than that (with
@@ -50,8 +46,6 @@ const SOCKET_CLOSE_WAIT: Duration = Duration::from_secs(CLOSE_HANDSHAKE_TIME_MAX
 const SOCKET_CLOSE_POLL: Duration = Duration::from_millis(10);
 /// The take call's time limit (a restore can take a few seconds).
 const TAKE_TIME_MAX: Duration = Duration::from_secs(10);
-/// Move keys for a target that is not ready are logged at most this often.
-const WAITING_LOG_PERIOD: Duration = Duration::from_secs(30);
 
 /// The body of a take call.
 pub fn take_body(tenant: &TenantName) -> String {
@@ -77,118 +71,6 @@ pub fn parse_take_body(body: &[u8]) -> std::result::Result<TenantName, String> {
         return Err("the take body has more than two lines".into());
     }
     TenantName::new(tenant.to_owned()).map_err(|e| e.to_string())
-}
-
-/// One move under way.
-#[derive(Debug, Clone)]
-struct Entry {
-    target: NodeId,
-    deadline: Instant,
-    token: u64,
-}
-
-/// The moves under way on this node.
-#[derive(Debug, Default)]
-pub struct Moves {
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    entries: HashMap<ActorId, Entry>,
-    next_token: u64,
-    /// Actors with a move or take task running (owner or target side).
-    running: BTreeSet<ActorId>,
-    /// Move keys naming this node whose actor nobody held at the last pass.
-    free_last_pass: BTreeSet<String>,
-    waiting_logged: HashMap<String, Instant>,
-}
-
-impl Moves {
-    /// The target of the actor's move under way, if any: `ensure_owner`
-    /// sends the actor there instead of claiming it.
-    pub fn target(&self, actor: &ActorId) -> Option<NodeId> {
-        let mut state = self.state.lock();
-        let entry = state.entries.get(actor)?;
-        if Instant::now() >= entry.deadline {
-            state.entries.remove(actor);
-            return None;
-        }
-        Some(entry.target.clone())
-    }
-
-    /// Moves under way (entries, not yet ended).
-    pub fn len(&self) -> usize {
-        self.state.lock().entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn begin(&self, actor: &ActorId, target: &NodeId) -> u64 {
-        let mut state = self.state.lock();
-        state.next_token += 1;
-        let token = state.next_token;
-        state.entries.insert(
-            actor.clone(),
-            Entry {
-                target: target.clone(),
-                deadline: Instant::now() + MOVE_DEADLINE,
-                token,
-            },
-        );
-        token
-    }
-
-    /// Whether `token` is the attempt under way for `actor`.
-    pub(crate) fn is_current(&self, actor: &ActorId, token: u64) -> bool {
-        self.state
-            .lock()
-            .entries
-            .get(actor)
-            .is_some_and(|e| e.token == token && Instant::now() < e.deadline)
-    }
-
-    /// Ends the attempt `token` (if it is still the current one).
-    fn end(&self, actor: &ActorId, token: u64) {
-        let mut state = self.state.lock();
-        if state.entries.get(actor).is_some_and(|e| e.token == token) {
-            state.entries.remove(actor);
-        }
-    }
-
-    /// Drops the actor's move entry whatever its attempt (the planted bug).
-    pub(crate) fn forget(&self, actor: &ActorId) {
-        self.state.lock().entries.remove(actor);
-    }
-
-    /// Claims a task slot for `actor`: false when one runs for it already
-    /// or [`MOVES_AT_ONCE_MAX`] run.
-    fn start_task(&self, actor: &ActorId) -> bool {
-        let mut state = self.state.lock();
-        if state.running.len() >= MOVES_AT_ONCE_MAX || state.running.contains(actor) {
-            return false;
-        }
-        state.running.insert(actor.clone())
-    }
-
-    fn finish_task(&self, actor: &ActorId) {
-        self.state.lock().running.remove(actor);
-    }
-
-    /// True at most once per [`WAITING_LOG_PERIOD`] for `what`.
-    fn should_log(&self, what: &str) -> bool {
-        let mut state = self.state.lock();
-        let now = Instant::now();
-        match state.waiting_logged.get(what) {
-            Some(at) if now.duration_since(*at) < WAITING_LOG_PERIOD => false,
-            _ => {
-                state.waiting_logged.insert(what.to_owned(), now);
-                true
-            }
-        }
-    }
 }
 
 /// A move key as listed.
