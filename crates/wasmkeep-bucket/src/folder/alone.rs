@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::journal::{Checkpoints, Journal};
 use super::layout::JOURNAL_DIR;
-use super::solo::{Hold, Mode, Watcher};
+use super::solo::{Mode, SoloLock, Watcher};
 use super::young::Young;
 
 /// How long an opener waits for a process alone on the folder to put its
@@ -35,7 +35,7 @@ pub(super) struct Solo {
     /// `alone` for readers that must not wait for a batch.
     pub(super) alone_hint: Arc<AtomicBool>,
     /// The lock on `.wal/solo`, held until the committer stops.
-    _hold: Arc<parking_lot::Mutex<Hold>>,
+    _solo_lock: Arc<parking_lot::Mutex<SoloLock>>,
     /// Watches for knocks while alone; dropped (its thread joined) before
     /// the journal's last checkpoint.
     pub(super) watcher: Option<Watcher>,
@@ -52,10 +52,10 @@ impl Solo {
         let wal = root.join(JOURNAL_DIR);
         // Young objects of a gone solo process adopted at open come with
         // the lock, taken then (ADR 0040).
-        let (hold, adopted) = match journal.take_adoption() {
-            Some(adoption) => (adoption.hold, adoption.objects),
+        let (solo_lock, adopted) = match journal.take_adoption() {
+            Some(adoption) => (adoption.solo_lock, adoption.objects),
             None => (
-                Hold::take(&wal, wait_max, &|| Ok(never || journal.others_present()?))?,
+                SoloLock::take(&wal, wait_max, &|| Ok(never || journal.others_present()?))?,
                 Vec::new(),
             ),
         };
@@ -69,7 +69,7 @@ impl Solo {
                 young.place_through(generation).map(drop)
             }));
         }
-        let alone = hold.mode() == Mode::Solo;
+        let alone = solo_lock.mode() == Mode::Solo;
         if alone {
             journal.mark_young()?;
             tracing::info!(
@@ -79,17 +79,17 @@ impl Solo {
         }
         let alone_hint = Arc::new(AtomicBool::new(alone));
         let alone = Arc::new(parking_lot::Mutex::new(alone));
-        let hold = Arc::new(parking_lot::Mutex::new(hold));
+        let solo_lock = Arc::new(parking_lot::Mutex::new(solo_lock));
         let watcher = if *alone.lock() && !deaf {
             let checkpoints = journal.checkpoints();
-            let (alone, hint, hold) = (
+            let (alone, hint, solo_lock) = (
                 Arc::clone(&alone),
                 Arc::clone(&alone_hint),
-                Arc::clone(&hold),
+                Arc::clone(&solo_lock),
             );
             Some(Watcher::start(&wal, move || {
                 hint.store(false, Ordering::Relaxed);
-                leave_solo(&alone, &hold, &checkpoints);
+                leave_solo(&alone, &solo_lock, &checkpoints);
             })?)
         } else {
             None
@@ -98,7 +98,7 @@ impl Solo {
             young,
             alone,
             alone_hint,
-            _hold: hold,
+            _solo_lock: solo_lock,
             watcher,
         })
     }
@@ -108,7 +108,7 @@ impl Solo {
 /// there are in place; then the lock on `.wal/solo` becomes a shared one.
 fn leave_solo(
     alone: &parking_lot::Mutex<bool>,
-    hold: &parking_lot::Mutex<Hold>,
+    solo_lock: &parking_lot::Mutex<SoloLock>,
     checkpoints: &Checkpoints,
 ) {
     // Waits for the batch in progress: every later one makes files.
@@ -116,7 +116,7 @@ fn leave_solo(
     for _ in 0..LEAVE_SOLO_ATTEMPTS_MAX {
         match checkpoints.run().and_then(|()| checkpoints.unmark_young()) {
             Ok(()) => {
-                match hold.lock().share() {
+                match solo_lock.lock().share() {
                     Ok(()) => tracing::info!(
                         "folder bucket: another process opened this folder; its objects are all files now"
                     ),

@@ -7,7 +7,7 @@
 //! - a process that finds it held exclusively *knocks* (changes the times of
 //!   `.wal/knock`) until it gets a shared lock; the solo process watches the
 //!   knock with inotify, writes its young objects in place, and converts its
-//!   lock to a shared one ([`Hold::share`]);
+//!   lock to a shared one ([`SoloLock::share`]);
 //! - a process that finds it held shared takes it shared at once;
 //! - a process that gets the exclusive lock is solo only if nobody else is
 //!   on the folder (`others_present`: the journal module tells, by the
@@ -48,13 +48,13 @@ pub(crate) enum Mode {
 
 /// The lock on `.wal/solo`, held for the life of the folder bucket.
 #[derive(Debug)]
-pub(crate) struct Hold {
+pub(crate) struct SoloLock {
     file: File,
     mode: Mode,
     knock: PathBuf,
 }
 
-impl Hold {
+impl SoloLock {
     /// Takes `.wal/solo` in `wal_dir`: exclusively when nobody holds it,
     /// shared when others share it, and after knocking when a solo process
     /// holds it, for at most `wait_max`.
@@ -62,24 +62,24 @@ impl Hold {
         wal_dir: &Path,
         wait_max: Duration,
         others_present: &dyn Fn() -> io::Result<bool>,
-    ) -> io::Result<Hold> {
+    ) -> io::Result<SoloLock> {
         let file = open_rw(&wal_dir.join(SOLO_FILE))?;
         let knock = wal_dir.join(KNOCK_FILE);
         let started = Instant::now();
         loop {
             if try_flock(&file, libc::LOCK_EX)? {
-                let mut hold = Hold {
+                let mut solo_lock = SoloLock {
                     file,
                     mode: Mode::Solo,
                     knock,
                 };
                 if others_present()? {
-                    hold.share()?;
+                    solo_lock.share()?;
                 }
-                return Ok(hold);
+                return Ok(solo_lock);
             }
             if try_flock(&file, libc::LOCK_SH)? {
-                return Ok(Hold {
+                return Ok(SoloLock {
                     file,
                     mode: Mode::Shared,
                     knock,
@@ -109,13 +109,13 @@ impl Hold {
     pub(crate) fn try_solo(
         wal_dir: &Path,
         others_present: &dyn Fn() -> io::Result<bool>,
-    ) -> io::Result<Option<Hold>> {
+    ) -> io::Result<Option<SoloLock>> {
         let file = open_rw(&wal_dir.join(SOLO_FILE))?;
         if !try_flock(&file, libc::LOCK_EX)? || others_present()? {
             // Dropped: a lock taken goes with the descriptor.
             return Ok(None);
         }
-        Ok(Some(Hold {
+        Ok(Some(SoloLock {
             file,
             mode: Mode::Solo,
             knock: wal_dir.join(KNOCK_FILE),
@@ -299,14 +299,14 @@ mod tests {
     fn newcomer(dir: &Path) -> std::thread::JoinHandle<io::Result<Mode>> {
         let path = dir.to_path_buf();
         std::thread::spawn(move || {
-            Hold::take(&path, Duration::from_secs(30), SOMEBODY).map(|h| h.mode())
+            SoloLock::take(&path, Duration::from_secs(30), SOMEBODY).map(|h| h.mode())
         })
     }
 
     #[test]
     fn the_first_holder_is_solo_and_a_newcomer_waits_until_it_shares() {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let mut first = Hold::take(dir.path(), Duration::from_secs(5), NOBODY).expect("first");
+        let mut first = SoloLock::take(dir.path(), Duration::from_secs(5), NOBODY).expect("first");
         assert_eq!(first.mode(), Mode::Solo);
         let (knocked_tx, knocked_rx) = mpsc::channel();
         let _watcher = Watcher::start(dir.path(), move || {
@@ -326,7 +326,7 @@ mod tests {
     #[test]
     fn a_knock_before_the_watcher_starts_is_not_lost() {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let mut first = Hold::take(dir.path(), Duration::from_secs(5), NOBODY).expect("first");
+        let mut first = SoloLock::take(dir.path(), Duration::from_secs(5), NOBODY).expect("first");
         let newcomer = newcomer(dir.path());
         // The newcomer knocks before anyone watches: wait until it has.
         let knock = dir.path().join(KNOCK_FILE);
@@ -349,10 +349,10 @@ mod tests {
     #[test]
     fn an_exclusive_lock_with_others_present_is_not_solo() {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let hold = Hold::take(dir.path(), Duration::from_secs(5), SOMEBODY).expect("take");
-        assert_eq!(hold.mode(), Mode::Shared);
+        let solo_lock = SoloLock::take(dir.path(), Duration::from_secs(5), SOMEBODY).expect("take");
+        assert_eq!(solo_lock.mode(), Mode::Shared);
         // And a later process shares at once, without knocking.
-        let other = Hold::take(dir.path(), Duration::from_millis(1), SOMEBODY).expect("take");
+        let other = SoloLock::take(dir.path(), Duration::from_millis(1), SOMEBODY).expect("take");
         assert_eq!(other.mode(), Mode::Shared);
         assert!(!dir.path().join(KNOCK_FILE).exists());
     }
@@ -360,8 +360,8 @@ mod tests {
     #[test]
     fn a_holder_that_never_shares_makes_the_newcomer_fail_with_a_clear_error() {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let _first = Hold::take(dir.path(), Duration::from_secs(5), NOBODY).expect("first");
-        let err = Hold::take(dir.path(), Duration::from_millis(50), SOMEBODY)
+        let _first = SoloLock::take(dir.path(), Duration::from_secs(5), NOBODY).expect("first");
+        let err = SoloLock::take(dir.path(), Duration::from_millis(50), SOMEBODY)
             .expect_err("it must time out");
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(err.to_string().contains("alone on this folder"), "{err}");
@@ -370,9 +370,9 @@ mod tests {
     #[test]
     fn a_folder_whose_holder_left_is_taken_solo_again() {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let first = Hold::take(dir.path(), Duration::from_secs(5), NOBODY).expect("first");
+        let first = SoloLock::take(dir.path(), Duration::from_secs(5), NOBODY).expect("first");
         drop(first);
-        let second = Hold::take(dir.path(), Duration::from_secs(5), NOBODY).expect("second");
+        let second = SoloLock::take(dir.path(), Duration::from_secs(5), NOBODY).expect("second");
         assert_eq!(second.mode(), Mode::Solo);
     }
 

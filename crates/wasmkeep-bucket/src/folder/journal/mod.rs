@@ -101,7 +101,7 @@ pub(crate) use format::{Entry, EntryAt, EntryKind, JournalReader, entry_bytes};
 
 use super::layout::{JOURNAL_DIR, content_etag};
 use super::locks::flock;
-use super::solo::Hold;
+use super::solo::SoloLock;
 use super::sys::{open_counter_file, read_u64};
 use crate::Etag;
 use checkpoint::{Placer, Shared, checkpoint_loop};
@@ -174,7 +174,7 @@ pub(crate) struct JournalOptions {
 /// them young in its index ([`Journal::take_adoption`]).
 #[derive(Debug)]
 pub(crate) struct Adoption {
-    pub hold: Hold,
+    pub solo_lock: SoloLock,
     pub objects: Vec<Adopted>,
 }
 
@@ -264,17 +264,17 @@ impl Journal {
             let ours: Vec<&Path> = std::iter::once(path.as_path())
                 .chain(pending.iter().map(|(p, _)| p.as_path()))
                 .collect();
-            let hold = if options.adopt && adoptable_bytes(&owed) <= ADOPTED_BYTES_MAX {
-                Hold::try_solo(dir, &|| Ok(others_in(dir, &ours)?.live))?
+            let solo_lock = if options.adopt && adoptable_bytes(&owed) <= ADOPTED_BYTES_MAX {
+                SoloLock::try_solo(dir, &|| Ok(others_in(dir, &ours)?.live))?
             } else {
                 None
             };
-            match hold {
-                Some(hold) => {
+            match solo_lock {
+                Some(solo_lock) => {
                     let (puts, rest): (Vec<_>, Vec<_>) =
                         owed.into_iter().partition(|e| e.kind == EntryKind::Put);
                     let removed = replay_young(root, rest)?;
-                    adopt = Some((hold, puts, removed));
+                    adopt = Some((solo_lock, puts, removed));
                 }
                 None => {
                     let placed = replay_young(root, owed)?;
@@ -320,14 +320,14 @@ impl Journal {
             pads,
             adoption: None,
         };
-        if let Some((hold, puts, removed)) = adopt {
+        if let Some((solo_lock, puts, removed)) = adopt {
             let objects = journal.write_adopted(generation_now, &puts)?;
             tracing::info!(
                 adopted = objects.len(),
                 removed,
                 "folder bucket: adopted the young objects of a gone solo process (they go in place at the first checkpoint)"
             );
-            journal.adoption = Some(Adoption { hold, objects });
+            journal.adoption = Some(Adoption { solo_lock, objects });
         }
         Ok(journal)
     }
