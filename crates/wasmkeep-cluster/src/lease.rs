@@ -790,57 +790,6 @@ mod tests {
             .unwrap();
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_dead_processes_heartbeat_is_taken_at_once_by_its_data_dir_else_after_a_watch() {
-        let bucket = wasmkeep_bucket::MemoryBucket::new();
-        let key = "apps/default/nodes/n1";
-        let a = process(1);
-        a.claim(
-            &bucket,
-            key,
-            heartbeat("n1", "", 0),
-            Some("aa"),
-            WATCH,
-            POLL,
-        )
-        .await
-        .unwrap();
-        // a dies. A process of another data dir watches, then takes over.
-        let b = process(2);
-        b.claim(
-            &bucket,
-            key,
-            heartbeat("n1", "", 0),
-            Some("bb"),
-            WATCH,
-            POLL,
-        )
-        .await
-        .unwrap();
-        assert_eq!(written(&bucket, key).await.incarnation, b.incarnation());
-        assert_eq!(written(&bucket, key).await.holder, "bb");
-        // b's token proves b's successor on its data dir without a watch:
-        // it takes over although b was not seen to stop (a test of trust;
-        // the data dir's lock is what makes it true).
-        let c = process(3);
-        let before = bucket.get(key).await.unwrap().meta.etag;
-        let claimed = tokio::time::timeout(
-            POLL / 2,
-            c.claim(
-                &bucket,
-                key,
-                heartbeat("n1", "", 0),
-                Some("bb"),
-                WATCH,
-                POLL,
-            ),
-        )
-        .await;
-        assert!(matches!(claimed, Ok(Ok(()))), "{claimed:?}");
-        assert_ne!(bucket.get(key).await.unwrap().meta.etag, before);
-        assert_eq!(written(&bucket, key).await.incarnation, c.incarnation());
-    }
-
     // The three tests below pin the bucket requests of the lease, call for
     // call: the simulation's digests see every one of them, so a reshaping
     // of this code must leave these lines as they are.
@@ -891,8 +840,12 @@ mod tests {
         );
     }
 
+    /// A dead process's heartbeat is taken at once by its successor on its
+    /// data dir (its token proves it, ADR 0054), else after a watch that saw
+    /// it unchanged; a claim reads first and reads again only after a lost
+    /// reply.
     #[tokio::test(start_paused = true)]
-    async fn claims_read_first_and_reread_only_after_a_lost_reply() {
+    async fn claims_take_a_dead_processes_heartbeat_by_its_data_dir_or_after_a_watch() {
         use crate::testing::{Meddling, Recorder};
         use wasmkeep_bucket::Fault;
         let key = "apps/default/nodes/n1";
@@ -909,19 +862,29 @@ mod tests {
         )
         .await
         .unwrap();
-        // Its own data dir's successor: replaced at once on the etag read.
+        assert_eq!(written(&bucket.inner, key).await.holder, "aa");
+        // a dies. Its own data dir's successor: replaced at once (within
+        // less than one poll) on the etag read.
         let b = process(2);
-        b.claim(
-            &bucket,
-            key,
-            heartbeat("n1", "", 0),
-            Some("aa"),
-            WATCH,
-            POLL,
+        let claimed = tokio::time::timeout(
+            POLL / 2,
+            b.claim(
+                &bucket,
+                key,
+                heartbeat("n1", "", 0),
+                Some("aa"),
+                WATCH,
+                POLL,
+            ),
         )
-        .await
-        .unwrap();
-        // Another data dir's process: watched until unchanged, then replaced.
+        .await;
+        assert!(matches!(claimed, Ok(Ok(()))), "{claimed:?}");
+        assert_eq!(
+            written(&bucket.inner, key).await.incarnation,
+            b.incarnation()
+        );
+        // b dies. Another data dir's process: watched until unchanged, then
+        // replaced.
         let c = process(3);
         c.claim(
             &bucket,
@@ -933,6 +896,11 @@ mod tests {
         )
         .await
         .unwrap();
+        let taken = written(&bucket.inner, key).await;
+        assert_eq!(
+            (taken.incarnation, taken.holder),
+            (c.incarnation(), "cc".to_owned())
+        );
         // A lost reply: read back, and ours.
         let fresh = Recorder::new();
         fresh.inner.faults().push(Fault::ReplyLost);

@@ -21,29 +21,14 @@ fn workspace() -> PathBuf {
         .expect("the workspace root exists")
 }
 
-/// Every `.rs` file under `dir`, sorted, but test modules kept in files
-/// of their own (`tests.rs`) and test support (`testing.rs`).
+/// Every `.rs` file under `dir`, sorted (build output skipped), but test
+/// modules kept in files of their own (`tests.rs`) and test support
+/// (`testing.rs`).
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.expect("a readable directory entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs")
-                && !path.ends_with("tests.rs")
-                && !path.ends_with("testing.rs")
-            {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
+    every_rust_file(dir)
+        .into_iter()
+        .filter(|path| !path.ends_with("tests.rs") && !path.ends_with("testing.rs"))
+        .collect()
 }
 
 /// The crates' `src/` folders: (crate folder name, path).

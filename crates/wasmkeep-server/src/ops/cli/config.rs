@@ -466,46 +466,40 @@ mod tests {
             node_id: "n1".into(),
             listen: "127.0.0.1:0",
         };
-        assert!(
-            node_config(
-                &NodeArgs {
+        let bad: [(&str, NodeArgs); 4] = [
+            (
+                "listen",
+                NodeArgs {
                     listen: Some("nowhere".into()),
                     ..base()
                 },
-                d()
-            )
-            .is_err()
-        );
-        assert!(
-            node_config(
-                &NodeArgs {
+            ),
+            (
+                "max-actors",
+                NodeArgs {
                     max_actors: Some("0".into()),
                     ..base()
                 },
-                d()
-            )
-            .is_err()
-        );
-        assert!(
-            node_config(
-                &NodeArgs {
+            ),
+            (
+                "node-id",
+                NodeArgs {
                     node_id: Some("Bad Id".into()),
                     ..base()
                 },
-                d()
-            )
-            .is_err()
-        );
-        assert!(
-            node_config(
-                &NodeArgs {
+            ),
+            (
+                "classes",
+                NodeArgs {
                     classes: Some("ok,Not-ok".into()),
                     ..base()
                 },
-                d()
-            )
-            .is_err()
-        );
+            ),
+        ];
+        for (flag, args) in &bad {
+            assert!(node_config(args, d()).is_err(), "a bad --{flag} is refused");
+        }
+        assert!(node_config(&base(), d()).is_ok(), "the base is good");
         assert!(node_config(&NodeArgs::default(), d()).is_err(), "no bucket");
     }
 }
