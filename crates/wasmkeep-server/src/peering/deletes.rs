@@ -123,7 +123,10 @@ impl Drop for MayHold<'_> {
     fn drop(&mut self) {
         if !self.settled {
             tracing::warn!(actor = %self.actor, "a delete pass ended while it may hold the actor; the record is given back at the next heartbeat");
-            self.node.peering.leftovers.add(&self.node.metrics, self.actor);
+            self.node
+                .peering
+                .leftovers
+                .add(&self.node.metrics, self.actor);
         }
     }
 }
