@@ -17,7 +17,7 @@ use crate::actor::classes::Classes;
 use crate::actor::residents::Residents;
 use crate::actor::secrets::Secrets;
 use crate::actor::upkeep::Upkeep;
-use crate::front::Front;
+use crate::front::{Front, tenants};
 use crate::node::{Node, Platform};
 use crate::ops::counting::CountingBucket;
 use crate::ops::metrics::Metrics;
@@ -92,6 +92,15 @@ impl Node {
             );
         }
         lease::claim(&node).await?;
+        // The tenant-token policy before the first request (ADR 0059): a
+        // node started with --tenant-tokens true makes it the app's.
+        if node.front.tenants.forced() && tenants::require(&*node.bucket, &node.keys).await? {
+            tracing::info!(
+                "--tenant-tokens true: wrote control/tenant-tokens, so every node of the app requires tenant tokens"
+            );
+        }
+        let policy = tenants::read_policy(&*node.bucket, &node.keys).await?;
+        node.front.tenants.set_policy(policy);
         node.load_classes_at_start().await?;
         node.peering.set_node_state(NodeState::Serving);
         lease::renew(&node).await?;

@@ -1,5 +1,6 @@
 //! Tenants end to end (ADR 0022): bearer tokens made by `wasmkeep tenant
-//! token`, checked by a node started with `--tenant-tokens true`, and
+//! token`, checked by a node started with `--tenant-tokens true` or by every
+//! node once the app's policy in the bucket requires them (ADR 0059), and
 //! actor-to-actor calls that never leave the caller's tenant.
 
 #![allow(clippy::unwrap_used)]
@@ -8,6 +9,7 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use common::{BIN, Resp, Server, failed, folder_bucket, guest, ok, request};
 
@@ -174,6 +176,74 @@ fn tokens_are_required_checked_hidden_from_guests_and_revocable() {
         "1",
         "the refused requests changed nothing"
     );
+}
+
+fn policy(dir: &Path, verb: &str) -> String {
+    let bucket = folder_bucket(dir);
+    ok(&wasmkeep(
+        dir,
+        &["tenant", "policy", verb, "--bucket", &bucket],
+    ))
+}
+
+/// GETs `path` until `status` answers, for at most `within` (a policy
+/// change reaches a running node at its next heartbeat).
+fn until_status(server: &Server, path: &str, status: u16, within: Duration) -> Resp {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = server.req("GET", path);
+        if r.status == status || Instant::now() > deadline {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_buckets_policy_binds_every_node_whatever_its_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let acme = token_create(dir.path(), "acme");
+    assert_eq!(policy(dir.path(), "show").trim(), "optional");
+    // A node started with --tenant-tokens true makes the app require them.
+    let strict = node(dir.path(), &["--tenant-tokens", "true"]);
+    assert_unauthorized(&strict.req("POST", "/acme/counter/c/increment"));
+    assert!(strict.stop(), "a clean stop");
+    assert_eq!(policy(dir.path(), "show").trim(), "required");
+
+    // A node started without the flag is no more open than the bucket says.
+    let heartbeat = ["--heartbeat", "200ms", "--lease-ttl", "2s"];
+    let plain = node(dir.path(), &heartbeat);
+    assert_unauthorized(&plain.req("POST", "/acme/counter/c/increment"));
+    let inc = with_token(&plain, "POST", "/acme/counter/c/increment", &acme);
+    assert_eq!((inc.status, inc.text().trim()), (200, "1"));
+
+    // The operator opens the app: the running node follows at a heartbeat,
+    // and a request without a token reaches the actor.
+    policy(dir.path(), "optional");
+    assert_eq!(policy(dir.path(), "show").trim(), "optional");
+    let open = until_status(
+        &plain,
+        "/acme/counter/c/value",
+        200,
+        Duration::from_secs(10),
+    );
+    assert_eq!((open.status, open.text().trim()), (200, "1"));
+    let inc = plain.req("POST", "/acme/counter/c/increment");
+    assert_eq!((inc.status, inc.text().trim()), (200, "2"));
+
+    // And closes it again: refused at the next heartbeat, and the refused
+    // request changed nothing.
+    policy(dir.path(), "require");
+    let closed = until_status(
+        &plain,
+        "/acme/counter/c/value",
+        401,
+        Duration::from_secs(10),
+    );
+    assert_unauthorized(&closed);
+    assert_unauthorized(&plain.req("POST", "/acme/counter/c/increment"));
+    let value = with_token(&plain, "GET", "/acme/counter/c/value", &acme);
+    assert_eq!((value.status, value.text().trim()), (200, "2"));
 }
 
 #[test]

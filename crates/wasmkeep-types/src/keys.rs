@@ -3,6 +3,7 @@
 //! ```text
 //! apps/<app>/control/move/<tenant>/<class>/<name hex>/<target node>   move key (ADR 0017)
 //! apps/<app>/control/drain/<node>                                     drain request (ADR 0014)
+//! apps/<app>/control/tenant-tokens                                    every tenant needs a token (ADR 0059)
 //! apps/<app>/nodes/<node>                                             heartbeat = node lease
 //! apps/<app>/owners/<tenant>/<class>/<name hex>                       ownership record
 //! apps/<app>/actors/<tenant>/<class>/<name hex>/log/<seq>             actor log record
@@ -67,8 +68,8 @@ impl Keys {
         )
     }
 
-    /// Every operator command's key: the move, delete and drain keys. A
-    /// node lists it once per heartbeat for its move and delete passes.
+    /// Every operator command's key: the move, delete and drain keys and
+    /// the tenant-token policy. A node lists it once per heartbeat.
     pub fn control_prefix(&self) -> String {
         format!("{}control/", self.root)
     }
@@ -108,6 +109,13 @@ impl Keys {
     pub fn parse_delete_key(&self, key: &str) -> Result<ActorId, Error> {
         let rest = self.strip(key, &self.deletes_prefix())?;
         parse_actor_path(key, rest)
+    }
+
+    /// `control/tenant-tokens`: while it exists, every node of the app
+    /// requires a tenant token on every client request (ADR 0059). Under
+    /// `control/`, so the heartbeat's one listing sees it.
+    pub fn tenant_tokens_policy(&self) -> String {
+        format!("{}control/tenant-tokens", self.root)
     }
 
     pub fn drain(&self, node: &NodeId) -> String {

@@ -302,7 +302,7 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
             check_tenant_token(node, &actor, &headers).await?;
         }
         let mut req = req;
-        if node.front.tenants.required {
+        if node.front.tenants.required() != Some(false) {
             req.headers_mut().remove(hyper::header::AUTHORIZATION);
         }
         // Boxed, as are the other rare steps of a request (a forward, a
@@ -410,7 +410,7 @@ async fn dispatch_actor(node: &Arc<Node>, call: Call) -> Result<HttpResponse> {
         check_tenant_token(node, &actor, &headers).await?;
     }
     strip_markers(&mut headers);
-    if node.front.tenants.required {
+    if node.front.tenants.required() != Some(false) {
         strip_authorization(&mut headers);
     }
     // Node calls (alarm hand-off, take) are answered by the node itself.
@@ -548,7 +548,7 @@ async fn check_tenant_token(
     actor: &ActorId,
     headers: &[(String, String)],
 ) -> Result<()> {
-    if !node.front.tenants.required {
+    if node.front.tenants.required() == Some(false) {
         return Ok(());
     }
     let mut values = headers

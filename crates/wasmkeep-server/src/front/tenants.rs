@@ -10,10 +10,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use parking_lot::Mutex;
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 use wasmkeep_bucket::Bucket;
+use wasmkeep_cluster::{Fenced, Outcome};
 use wasmkeep_types::{Keys, TenantName};
 
 use crate::{Error, Result};
@@ -34,6 +37,9 @@ pub const TOKEN_INVALID_CACHE: Duration = Duration::from_secs(1);
 pub const TOKEN_CACHE_ENTRIES_MAX: usize = 10_000;
 /// Body of a stored token hash (the key is what counts).
 pub const TOKEN_OBJECT_HEADER: &str = "wasmkeep-tenant-token 1";
+/// Body of the policy object `control/tenant-tokens` (its presence is what
+/// counts).
+pub const POLICY_OBJECT_BODY: &str = "wasmkeep-tenant-tokens 1\nrequired\n";
 
 /// A new random token: `wk_` and 64 hex digits.
 pub fn new_token() -> String {
@@ -59,26 +65,85 @@ pub fn token_id(digest: &str) -> &str {
     &digest[..TOKEN_ID_CHARS.min(digest.len())]
 }
 
+/// What the bucket says of tenant tokens, as this node last read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Not read yet: every client request to a tenant is refused (503),
+    /// never let through.
+    Unknown,
+    /// No policy object: tokens are required only on a node started with
+    /// `--tenant-tokens true`.
+    Optional,
+    /// `control/tenant-tokens` exists: every node requires tokens.
+    Required,
+}
+
 /// Whether a client request must carry a tenant token, and the cache of
 /// recent answers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TenantGate {
-    pub required: bool,
+    /// `--tenant-tokens true`: this node requires tokens whatever the
+    /// bucket says.
+    forced: bool,
+    policy: Mutex<Policy>,
     /// (tenant, token digest) → (valid, when it was looked up).
     cache: Mutex<HashMap<(TenantName, String), (bool, Instant)>>,
 }
 
 impl TenantGate {
-    pub fn new(required: bool) -> Self {
+    /// A gate whose policy is not read yet (see [`TenantGate::set_policy`]).
+    pub fn new(forced: bool) -> Self {
         Self {
-            required,
+            forced,
+            policy: Mutex::new(Policy::Unknown),
             cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether this node was started with `--tenant-tokens true`.
+    pub fn forced(&self) -> bool {
+        self.forced
+    }
+
+    /// The bucket's policy as last read.
+    pub fn policy(&self) -> Policy {
+        *self.policy.lock()
+    }
+
+    /// Notes the policy just read; a change is logged.
+    pub fn set_policy(&self, policy: Policy) {
+        let before = std::mem::replace(&mut *self.policy.lock(), policy);
+        if before != policy && before != Policy::Unknown {
+            tracing::info!(?policy, "the app's tenant-token policy changed");
+        }
+    }
+
+    /// Notes the policy that a listing of `control/` (the heartbeat's)
+    /// shows.
+    pub fn note_listing(&self, keys: &Keys, listed: &[wasmkeep_bucket::ObjectMeta]) {
+        let key = keys.tenant_tokens_policy();
+        self.set_policy(if listed.iter().any(|meta| meta.key == key) {
+            Policy::Required
+        } else {
+            Policy::Optional
+        });
+    }
+
+    /// Whether client requests must carry a token: `None` while the policy
+    /// is unknown (nothing may pass then).
+    pub fn required(&self) -> Option<bool> {
+        match self.policy() {
+            _ if self.forced => Some(true),
+            Policy::Unknown => None,
+            Policy::Optional => Some(false),
+            Policy::Required => Some(true),
         }
     }
 
     /// Checks a client request to `tenant` with the given `Authorization`
     /// header value: `Ok` when tokens are not required or the token is one
-    /// of the tenant's, `Error::Unauthorized` when it is missing or wrong.
+    /// of the tenant's, `Error::Unauthorized` when it is missing or wrong,
+    /// `Error::Unavailable` while the policy is unknown.
     pub async fn check(
         &self,
         bucket: &dyn Bucket,
@@ -86,8 +151,15 @@ impl TenantGate {
         tenant: &TenantName,
         authorization: Option<&str>,
     ) -> Result<()> {
-        if !self.required {
-            return Ok(());
+        match self.required() {
+            Some(false) => return Ok(()),
+            Some(true) => {}
+            None => {
+                return Err(Error::Unavailable {
+                    reason: "this node has not read the app's tenant-token policy yet".into(),
+                    retry_after_s: POLICY_UNKNOWN_RETRY_AFTER_S,
+                });
+            }
         }
         let Some(value) = authorization else {
             return Err(Error::Unauthorized(format!(
@@ -140,6 +212,37 @@ impl TenantGate {
     }
 }
 
+/// Retry-After while a node has not read the policy.
+const POLICY_UNKNOWN_RETRY_AFTER_S: u32 = 1;
+
+/// Reads the policy object: `Required` when it exists, `Optional` when it
+/// does not; a bucket error is passed on (the caller keeps what it knew).
+pub async fn read_policy(bucket: &dyn Bucket, keys: &Keys) -> Result<Policy> {
+    match bucket.head(&keys.tenant_tokens_policy()).await {
+        Ok(_) => Ok(Policy::Required),
+        Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(Policy::Optional),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes the policy object if it is absent: from then on every node of
+/// the app requires tenant tokens. True when this call wrote it.
+pub async fn require(bucket: &dyn Bucket, keys: &Keys) -> Result<bool> {
+    let key = keys.tenant_tokens_policy();
+    match Fenced::new(bucket, &key)
+        .create(Bytes::from_static(POLICY_OBJECT_BODY.as_bytes()))
+        .await
+    {
+        Ok(Outcome::Done(_)) => Ok(true),
+        Ok(Outcome::Conflict) => Ok(false),
+        Ok(Outcome::Gone) => Err(Error::Unavailable {
+            reason: "the bucket answered not found to writing the tenant-token policy".into(),
+            retry_after_s: POLICY_UNKNOWN_RETRY_AFTER_S,
+        }),
+        Ok(Outcome::Unknown(e)) | Err(e) => Err(e.into()),
+    }
+}
+
 fn ttl(valid: bool) -> Duration {
     if valid {
         TOKEN_VALID_CACHE
@@ -185,6 +288,7 @@ mod tests {
             .await
             .expect("put");
         let gate = TenantGate::new(true);
+        gate.set_policy(Policy::Optional);
         let bearer = format!("Bearer {token}");
         gate.check(&bucket, &keys(), &a, Some(&bearer))
             .await
@@ -204,8 +308,51 @@ mod tests {
             assert_eq!(e.status(), 401);
         }
         let open = TenantGate::new(false);
+        open.set_policy(Policy::Optional);
         open.check(&bucket, &keys(), &b, None)
             .await
             .expect("not required");
+    }
+
+    #[tokio::test]
+    async fn the_bucket_policy_decides_and_an_unread_one_lets_nothing_through() {
+        let bucket = MemoryBucket::new();
+        let tenant = TenantName::new("a").expect("name");
+        let gate = TenantGate::new(false);
+        // Not read yet: refused with 503, not let through.
+        let e = gate
+            .check(&bucket, &keys(), &tenant, None)
+            .await
+            .expect_err("policy unknown");
+        assert_eq!(e.status(), 503, "{e}");
+        // Read: no policy object, so open.
+        gate.set_policy(read_policy(&bucket, &keys()).await.expect("read"));
+        assert_eq!(gate.policy(), Policy::Optional);
+        gate.check(&bucket, &keys(), &tenant, None)
+            .await
+            .expect("optional");
+        // Required: written once (a second require finds it), then every
+        // gate that reads it refuses a request without a token.
+        assert!(require(&bucket, &keys()).await.expect("written"));
+        assert!(!require(&bucket, &keys()).await.expect("already there"));
+        gate.set_policy(read_policy(&bucket, &keys()).await.expect("read"));
+        assert_eq!(gate.policy(), Policy::Required);
+        let e = gate
+            .check(&bucket, &keys(), &tenant, None)
+            .await
+            .expect_err("required");
+        assert_eq!(e.status(), 401, "{e}");
+        // A listing of control/ without the object makes it optional again.
+        gate.note_listing(&keys(), &[]);
+        assert_eq!(gate.required(), Some(false));
+        let listed = bucket.list(&keys().control_prefix()).await.expect("list");
+        gate.note_listing(&keys(), &listed);
+        assert_eq!(gate.required(), Some(true));
+        // A node started with --tenant-tokens true requires them whatever
+        // it read, or before it read anything.
+        let forced = TenantGate::new(true);
+        assert_eq!(forced.required(), Some(true));
+        forced.set_policy(Policy::Optional);
+        assert_eq!(forced.required(), Some(true));
     }
 }

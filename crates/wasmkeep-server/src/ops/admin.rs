@@ -90,10 +90,35 @@ pub enum SecretCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum TenantCommand {
-    /// A tenant's bearer tokens (required on client requests by nodes
-    /// started with --tenant-tokens true).
+    /// A tenant's bearer tokens (required on client requests while the
+    /// app's policy says so: `tenant policy`).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Whether every node of the app requires tenant tokens (ADR 0059).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Every node of the app requires a tenant token on every client
+    /// request, within one heartbeat period.
+    Require {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Tokens become optional again, within one heartbeat period, except on
+    /// nodes started with --tenant-tokens true (which require them and
+    /// write the policy back when they start).
+    Optional {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Prints `required` or `optional`.
+    Show {
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -162,7 +187,42 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
         TenantCommand::Token(TokenCommand::Revoke { tenant, id, target }) => {
             token_revoke(&tenant, &id, &target).await
         }
+        TenantCommand::Policy(command) => policy(command).await,
     }
+}
+
+async fn policy(command: PolicyCommand) -> anyhow::Result<()> {
+    match command {
+        PolicyCommand::Require { target } => {
+            let (bucket, keys, app) = target.open().await?;
+            let wrote = tenants::require(&*bucket, &keys)
+                .await
+                .context("writing the tenant-token policy")?;
+            let already = if wrote { "" } else { " (it already did)" };
+            eprintln!(
+                "wasmkeep: every node of app {app} requires tenant tokens within one heartbeat period{already}"
+            );
+        }
+        PolicyCommand::Optional { target } => {
+            let (bucket, keys, app) = target.open().await?;
+            match bucket.delete(&keys.tenant_tokens_policy()).await {
+                Ok(()) | Err(wasmkeep_bucket::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e).context("deleting the tenant-token policy"),
+            }
+            eprintln!(
+                "wasmkeep: tenant tokens are optional in app {app} within one heartbeat period, except on nodes started with --tenant-tokens true"
+            );
+        }
+        PolicyCommand::Show { target } => {
+            let (bucket, keys, _) = target.open().await?;
+            let shown = match tenants::read_policy(&*bucket, &keys).await? {
+                tenants::Policy::Required => "required",
+                _ => "optional",
+            };
+            write_stdout(&format!("{shown}\n"));
+        }
+    }
+    Ok(())
 }
 
 fn write_stdout(text: &str) {
@@ -373,6 +433,11 @@ async fn token_create(tenant: &str, target: &Target) -> anyhow::Result<()> {
         "wasmkeep: token {} created for tenant {tenant} of app {app}; it is shown only now: send it as `Authorization: Bearer <token>`",
         tenants::token_id(&digest)
     );
+    if let Ok(tenants::Policy::Optional) = tenants::read_policy(&*bucket, &keys).await {
+        eprintln!(
+            "wasmkeep: note: app {app} does not require tenant tokens yet; `wasmkeep tenant policy require` makes every node require them"
+        );
+    }
     write_stdout(&format!("{token}\n"));
     Ok(())
 }

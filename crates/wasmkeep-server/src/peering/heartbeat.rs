@@ -153,6 +153,7 @@ async fn control_passes(node: &Arc<Node>, time_max: Duration) {
                 return;
             }
         };
+    node.front.tenants.note_listing(&node.keys, &listed);
     let (moves_prefix, deletes_prefix) = (node.keys.moves_prefix(), node.keys.deletes_prefix());
     let (move_keys, delete_keys): (Vec<_>, Vec<_>) = listed
         .into_iter()

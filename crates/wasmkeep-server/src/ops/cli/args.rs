@@ -232,8 +232,10 @@ pub struct NodeArgs {
     /// the app's secrets (ADR 0016).
     #[arg(long, env = "WASMKEEP_SECRETS_IDENTITY")]
     pub secrets_identity: Option<PathBuf>,
-    /// Client requests must carry their tenant's bearer token
-    /// (`wasmkeep tenant token create`); `true` or `false`.
+    /// `true`: client requests must carry their tenant's bearer token
+    /// (`wasmkeep tenant token create`), and the node writes the app's
+    /// policy so that every node requires them. `false` opens nothing: the
+    /// app's policy in the bucket decides (`wasmkeep tenant policy`).
     #[arg(long, env = "WASMKEEP_TENANT_TOKENS")]
     pub tenant_tokens: Option<String>,
     /// Longest one event may run before the guest is stopped (default 30s).
