@@ -213,7 +213,12 @@ impl ActorHost for NodeHost {
     }
 
     fn secret(&mut self, name: &str) -> Option<String> {
-        self.node.secrets.get(name)
+        // The runtime lowers this copy into the guest's memory and drops it
+        // (wasmtime owns it meanwhile); the node's own copies are zeroed.
+        self.node
+            .secrets
+            .get(name)
+            .map(|value| String::clone(&value))
     }
 
     fn log(&mut self, level: LogLevel, message: &str) {

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use wasmkeep_bucket::{Bucket, Etag};
 use wasmkeep_types::Keys;
+use zeroize::Zeroizing;
 
 use crate::{Error, Result};
 
@@ -87,7 +88,9 @@ pub fn read_identity(path: &Path) -> Result<Identity> {
             path.display()
         ))
     })?;
-    let mut text = String::new();
+    // Room for the whole file up front (a growing string would leave
+    // copies of the key in freed memory); zeroed when dropped.
+    let mut text = Zeroizing::new(String::with_capacity(IDENTITY_FILE_BYTES_MAX as usize + 1));
     file.take(IDENTITY_FILE_BYTES_MAX + 1)
         .read_to_string(&mut text)
         .map_err(|e| {
@@ -105,13 +108,14 @@ pub fn read_identity(path: &Path) -> Result<Identity> {
     parse_identity(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
 }
 
-/// The text of a new identity file (as `age-keygen` lays it out).
-pub fn identity_file_text(identity: &Identity) -> String {
-    format!(
+/// The text of a new identity file (as `age-keygen` lays it out), zeroed
+/// when dropped.
+pub fn identity_file_text(identity: &Identity) -> Zeroizing<String> {
+    Zeroizing::new(format!(
         "# wasmkeep app secrets identity (ADR 0016): give it to nodes with --secrets-identity\n# public key: {}\n{}\n",
         identity.to_public(),
         identity.to_string().expose_secret()
-    )
+    ))
 }
 
 /// Parses the recipient object stored at `Keys::recipient`.
@@ -145,15 +149,18 @@ pub fn encrypt(recipient: &Recipient, value: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// Decrypts a value with the identity. The error never holds plaintext.
-pub fn decrypt(identity: &Identity, ciphertext: &[u8]) -> Result<Vec<u8>> {
-    age::decrypt(identity, ciphertext).map_err(|e| Error::Config(format!("decryption failed: {e}")))
+pub fn decrypt(identity: &Identity, ciphertext: &[u8]) -> Result<Zeroizing<Vec<u8>>> {
+    age::decrypt(identity, ciphertext)
+        .map(Zeroizing::new)
+        .map_err(|e| Error::Config(format!("decryption failed: {e}")))
 }
 
 /// One secret as last read: its object's etag, and its value (`None` when it
 /// could not be decrypted; kept so the failure is logged once per version).
 struct Entry {
     etag: Etag,
-    value: Option<String>,
+    /// Overwritten with zeros when dropped (replaced, removed, node gone).
+    value: Option<Zeroizing<String>>,
 }
 
 #[derive(Default)]
@@ -236,8 +243,9 @@ impl Secrets {
         !self.state.read().recipient_present || self.readable()
     }
 
-    /// A secret's value, for `secrets.get`.
-    pub fn get(&self, name: &str) -> Option<String> {
+    /// A secret's value, for `secrets.get`: a copy, overwritten with zeros
+    /// when dropped.
+    pub fn get(&self, name: &str) -> Option<Zeroizing<String>> {
         self.state.read().entries.get(name)?.value.clone()
     }
 
@@ -337,7 +345,7 @@ impl Secrets {
 }
 
 /// Decrypts one stored secret; a failure is logged by name only.
-fn open_value(identity: &Identity, name: &str, ciphertext: &Bytes) -> Option<String> {
+fn open_value(identity: &Identity, name: &str, ciphertext: &Bytes) -> Option<Zeroizing<String>> {
     if ciphertext.len() > SECRET_OBJECT_BYTES_MAX {
         tracing::warn!(
             secret = name,
@@ -346,9 +354,12 @@ fn open_value(identity: &Identity, name: &str, ciphertext: &Bytes) -> Option<Str
         return None;
     }
     match decrypt(identity, ciphertext) {
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(value) => Some(value),
-            Err(_) => {
+        // The buffer moves into the string (no copy); on an error it comes
+        // back and is zeroed.
+        Ok(mut bytes) => match String::from_utf8(std::mem::take(&mut *bytes)) {
+            Ok(value) => Some(Zeroizing::new(value)),
+            Err(e) => {
+                drop(Zeroizing::new(e.into_bytes()));
                 tracing::warn!(secret = name, "skipping a secret whose value is not UTF-8");
                 None
             }
@@ -376,7 +387,7 @@ mod tests {
     async fn setup(bucket: &dyn Bucket, dir: &Path) -> (std::path::PathBuf, Recipient) {
         let identity = Identity::generate();
         let path = dir.join("id.txt");
-        std::fs::write(&path, identity_file_text(&identity)).expect("write identity");
+        std::fs::write(&path, identity_file_text(&identity).as_bytes()).expect("write identity");
         let recipient = identity.to_public();
         bucket
             .put(&keys().recipient(), Bytes::from(recipient.to_string()))
@@ -424,7 +435,7 @@ mod tests {
         let identity = Identity::generate();
         let sealed = encrypt(&identity.to_public(), b"hunter2").expect("encrypt");
         assert!(!sealed.windows(7).any(|w| w == b"hunter2"));
-        assert_eq!(decrypt(&identity, &sealed).expect("decrypt"), b"hunter2");
+        assert_eq!(decrypt(&identity, &sealed).expect("decrypt").as_slice(), b"hunter2");
         assert!(decrypt(&Identity::generate(), &sealed).is_err());
     }
 
@@ -439,8 +450,8 @@ mod tests {
             .await
             .expect("load");
         assert!(secrets.readable() && secrets.can_open());
-        assert_eq!(secrets.get("a").as_deref(), Some("one"));
-        assert_eq!(secrets.get("b").as_deref(), Some("two"));
+        assert_eq!(secrets.get("a").as_deref().map(String::as_str), Some("one"));
+        assert_eq!(secrets.get("b").as_deref().map(String::as_str), Some("two"));
 
         put_secret(&*bucket, &recipient, "a", "uno").await;
         bucket.delete(&keys().secret("b")).await.expect("delete");
@@ -448,9 +459,9 @@ mod tests {
         // A secret sealed to another key is skipped, not fatal.
         put_secret(&*bucket, &Identity::generate().to_public(), "d", "four").await;
         secrets.refresh(&*bucket, &keys()).await;
-        assert_eq!(secrets.get("a").as_deref(), Some("uno"));
+        assert_eq!(secrets.get("a").as_deref().map(String::as_str), Some("uno"));
         assert_eq!(secrets.get("b"), None);
-        assert_eq!(secrets.get("c").as_deref(), Some("three"));
+        assert_eq!(secrets.get("c").as_deref().map(String::as_str), Some("three"));
         assert_eq!(secrets.get("d"), None);
         assert_eq!(secrets.names(), vec!["a", "c", "d"]);
         assert!(!format!("{secrets:?}").contains("uno"));
@@ -483,7 +494,8 @@ mod tests {
         let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
         setup(&*bucket, dir.path()).await;
         let other = dir.path().join("other.txt");
-        std::fs::write(&other, identity_file_text(&Identity::generate())).expect("write");
+        std::fs::write(&other, identity_file_text(&Identity::generate()).as_bytes())
+            .expect("write");
         let e = Secrets::load(&*bucket, &keys(), Some(&other))
             .await
             .expect_err("refused");

@@ -17,6 +17,7 @@ use clap::{Args, Subcommand};
 use wasmkeep_bucket::Bucket;
 use wasmkeep_cluster::{Fenced, Outcome};
 use wasmkeep_types::{AppName, Keys, TenantName};
+use zeroize::Zeroizing;
 
 use crate::actor::secrets::{self, SECRET_VALUE_BYTES_MAX};
 use crate::front::tenants;
@@ -307,15 +308,17 @@ fn write_new_private_file(path: &Path, text: &str) -> anyhow::Result<()> {
 }
 
 /// Reads a secret value (at most the limit) and drops one trailing newline.
-fn read_value(file: Option<&Path>, name: &str) -> anyhow::Result<String> {
-    let mut bytes = Vec::new();
+fn read_value(file: Option<&Path>, name: &str) -> anyhow::Result<Zeroizing<String>> {
     let limit = SECRET_VALUE_BYTES_MAX as u64 + 2;
+    // Room for the whole value up front: a growing buffer would leave
+    // copies of it behind in freed memory. Zeroed when dropped.
+    let mut bytes = Zeroizing::new(Vec::with_capacity(SECRET_VALUE_BYTES_MAX + 2));
     match file {
         Some(path) => {
             std::fs::File::open(path)
                 .with_context(|| format!("opening {}", path.display()))?
                 .take(limit)
-                .read_to_end(&mut bytes)
+                .read_to_end(&mut *bytes)
                 .with_context(|| format!("reading {}", path.display()))?;
         }
         None => {
@@ -326,7 +329,7 @@ fn read_value(file: Option<&Path>, name: &str) -> anyhow::Result<String> {
             stdin
                 .lock()
                 .take(limit)
-                .read_to_end(&mut bytes)
+                .read_to_end(&mut *bytes)
                 .context("reading the value from stdin")?;
         }
     }
@@ -342,7 +345,13 @@ fn read_value(file: Option<&Path>, name: &str) -> anyhow::Result<String> {
     if bytes.is_empty() {
         bail!("the value is empty (pass it on stdin or with --file)");
     }
-    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("the value is not UTF-8 text"))
+    match String::from_utf8(std::mem::take(&mut *bytes)) {
+        Ok(value) => Ok(Zeroizing::new(value)),
+        Err(e) => {
+            drop(Zeroizing::new(e.into_bytes()));
+            bail!("the value is not UTF-8 text")
+        }
+    }
 }
 
 async fn secret_set(name: &str, file: Option<&Path>, target: &Target) -> anyhow::Result<()> {
