@@ -1,7 +1,15 @@
 //! Signed node calls: HMAC-SHA256 with the cluster key over the method, path,
 //! query, every `x-wasmkeep-*` marker header (timestamp, nonce and sender
 //! included) and the body's digest. A call is verified within a time window
-//! and only once (a bounded nonce cache).
+//! and only once.
+//!
+//! Once is checked per sender's stream: a signer numbers its calls
+//! (`x-wasmkeep-nonce: s<stream>-<n>`, the stream drawn at random when the
+//! signer is made), and a verifier keeps, per stream, the highest number
+//! seen and which of the [`STREAM_WINDOW_CALLS`] before it were seen. That
+//! is a few hundred bytes per sender, whatever the rate of calls, where a
+//! cache of random nonces held every nonce of the window (ADR 0060). A
+//! random nonce (a node of an older version) still goes to that cache.
 //!
 //! Marker headers mean something only on a verified call. The server strips
 //! them from client requests and from guests' calls; a call whose signature
@@ -11,6 +19,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
@@ -28,9 +37,18 @@ pub const HEADER_FROM: &str = "x-wasmkeep-from";
 /// A signed call older or newer than this (by the receiver's wall clock) is
 /// refused. It also bounds how long nonces must be remembered.
 pub const SIGNATURE_WINDOW: Duration = Duration::from_secs(30);
-/// Most nonces remembered; when full of unexpired ones, signed calls are
-/// refused rather than risk accepting a replay.
+/// Most random nonces remembered; when full of unexpired ones, signed calls
+/// with random nonces are refused rather than risk accepting a replay.
 pub const NONCES_MAX: usize = 200_000;
+/// How far behind its stream's highest number a call may arrive (calls on
+/// pooled connections overtake each other) and still be checked; an older
+/// one is refused.
+pub const STREAM_WINDOW_CALLS: u64 = 4096;
+/// Most senders' streams remembered at once (a sender's restart starts a
+/// new stream; an old one is forgotten once its calls are stale).
+pub const STREAMS_MAX: usize = 4096;
+/// What starts a numbered nonce.
+const STREAM_NONCE_PREFIX: &str = "s";
 pub const CLUSTER_KEY_BYTES_MIN: usize = 32;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -89,6 +107,11 @@ pub enum Verdict {
     },
     /// No signature: an ordinary request.
     Unsigned,
+    /// A valid signature of `from` whose timestamp is further from this
+    /// node's clock than [`SIGNATURE_WINDOW`]: the two clocks disagree by
+    /// `skew_ms` (positive: the sender's is ahead). Not honoured, and not an
+    /// ordinary request either: it is a peer's call, refused for its clock.
+    Skewed { from: String, skew_ms: i64 },
     /// A signature that does not verify, is stale or was seen before. The
     /// request is handled as an ordinary one, without its markers.
     Refused(&'static str),
@@ -125,14 +148,118 @@ impl NonceCache {
     }
 }
 
+/// The calls seen of one sender's stream: the highest number, and a ring
+/// of the [`STREAM_WINDOW_CALLS`] numbers up to it.
+#[derive(Debug)]
+struct Stream {
+    highest: u64,
+    seen: Box<[u64; (STREAM_WINDOW_CALLS / 64) as usize]>,
+    /// The newest timestamp accepted: once it is stale, so is every call of
+    /// the stream, and the stream may be forgotten.
+    newest_ms: i64,
+}
+
+impl Stream {
+    fn new(first: u64, ts: i64) -> Self {
+        let mut stream = Self {
+            highest: first,
+            seen: Box::new([0; (STREAM_WINDOW_CALLS / 64) as usize]),
+            newest_ms: ts,
+        };
+        stream.mark(first);
+        stream
+    }
+
+    fn slot(n: u64) -> (usize, u64) {
+        let bit = n % STREAM_WINDOW_CALLS;
+        ((bit / 64) as usize, 1 << (bit % 64))
+    }
+
+    fn mark(&mut self, n: u64) {
+        let (word, mask) = Self::slot(n);
+        self.seen[word] |= mask;
+    }
+
+    /// Records call `n`; an error if it was seen or is too far behind.
+    fn accept(&mut self, n: u64, ts: i64) -> Result<(), &'static str> {
+        if n > self.highest {
+            if n - self.highest >= STREAM_WINDOW_CALLS {
+                self.seen.fill(0);
+            } else {
+                for skipped in self.highest + 1..n {
+                    let (word, mask) = Self::slot(skipped);
+                    self.seen[word] &= !mask;
+                }
+            }
+            self.highest = n;
+        } else if self.highest - n >= STREAM_WINDOW_CALLS {
+            return Err(
+                "replay window passed: the call is too far behind its sender's newer calls",
+            );
+        } else {
+            let (word, mask) = Self::slot(n);
+            if self.seen[word] & mask != 0 {
+                return Err("replayed: call number already used");
+            }
+        }
+        self.mark(n);
+        self.newest_ms = self.newest_ms.max(ts);
+        Ok(())
+    }
+}
+
+/// Every sender stream seen whose calls are not stale yet.
+#[derive(Debug, Default)]
+struct Streams {
+    by_sender: HashMap<(String, u64), Stream>,
+}
+
+impl Streams {
+    fn accept(
+        &mut self,
+        from: &str,
+        stream: u64,
+        n: u64,
+        ts: i64,
+        now_ms: i64,
+        window_ms: i64,
+    ) -> Result<(), &'static str> {
+        if let Some(known) = self.by_sender.get_mut(&(from.to_owned(), stream)) {
+            return known.accept(n, ts);
+        }
+        if self.by_sender.len() >= STREAMS_MAX {
+            self.by_sender
+                .retain(|_, known| known.newest_ms + window_ms >= now_ms);
+            if self.by_sender.len() >= STREAMS_MAX {
+                return Err("too many senders' streams");
+            }
+        }
+        self.by_sender
+            .insert((from.to_owned(), stream), Stream::new(n, ts));
+        Ok(())
+    }
+}
+
+/// A numbered nonce's stream and number, if `nonce` is one.
+fn parse_stream_nonce(nonce: &str) -> Option<(u64, u64)> {
+    let (stream, n) = nonce.strip_prefix(STREAM_NONCE_PREFIX)?.split_once('-')?;
+    if stream.len() != 16 {
+        return None;
+    }
+    Some((u64::from_str_radix(stream, 16).ok()?, n.parse().ok()?))
+}
+
 /// Signs outgoing node calls and verifies incoming ones.
 #[derive(Debug)]
 pub struct Signer {
     key: Vec<u8>,
     node: String,
     clock: Arc<dyn Clock>,
-    random: Arc<dyn Random>,
+    /// This signer's stream, and the number of its next call.
+    stream: u64,
+    next_call: AtomicU64,
     nonces: Mutex<NonceCache>,
+    streams: Mutex<Streams>,
 }
 
 impl Signer {
@@ -152,8 +279,10 @@ impl Signer {
             key,
             node,
             clock,
-            random,
+            stream: random.next_u64(),
+            next_call: AtomicU64::new(1),
             nonces: Mutex::new(NonceCache::default()),
+            streams: Mutex::new(Streams::default()),
         })
     }
 
@@ -186,7 +315,11 @@ impl Signer {
     ) -> Vec<(String, String)> {
         let mut headers: Vec<(String, String)> = markers.to_vec();
         headers.push((HEADER_TIMESTAMP.into(), self.clock.wall_ms().to_string()));
-        headers.push((HEADER_NONCE.into(), self.random.token_hex(16)));
+        let n = self.next_call.fetch_add(1, Ordering::Relaxed);
+        headers.push((
+            HEADER_NONCE.into(),
+            format!("{STREAM_NONCE_PREFIX}{:016x}-{n}", self.stream),
+        ));
         headers.push((HEADER_FROM.into(), self.node.clone()));
         let call = SignedCall {
             method,
@@ -271,12 +404,19 @@ impl Signer {
         let now = self.clock.wall_ms();
         let window = i64::try_from(SIGNATURE_WINDOW.as_millis()).unwrap_or(i64::MAX);
         if (now - ts).abs() > window {
-            return Verdict::Refused("stale: outside the signature window");
+            return Verdict::Skewed {
+                from: from.to_owned(),
+                skew_ms: ts - now,
+            };
         }
         if nonce.len() < 16 {
             return Verdict::Refused("nonce too short");
         }
-        if let Err(reason) = self.nonces.lock().insert(nonce, ts + window, now) {
+        let once = match parse_stream_nonce(nonce) {
+            Some((stream, n)) => self.streams.lock().accept(from, stream, n, ts, now, window),
+            None => self.nonces.lock().insert(nonce, ts + window, now),
+        };
+        if let Err(reason) = once {
             return Verdict::Refused(reason);
         }
         Verdict::Verified {
@@ -319,6 +459,88 @@ mod tests {
         );
         assert_eq!(
             s.verify("POST", "/t/c/a/x", "q=1", &headers, b"wasmkeep-take 1\nt\n"),
+            Verdict::Refused("replayed: call number already used")
+        );
+    }
+
+    /// Calls of one sender arriving out of order within the window each
+    /// verify once; a replay of any of them, or a call further behind than
+    /// the window, is refused; another sender's stream is its own.
+    #[test]
+    fn numbered_calls_verify_once_in_any_order_within_the_window() {
+        let s = signer(KEY);
+        let other = Signer::new(
+            KEY.to_vec(),
+            "n2".into(),
+            Arc::new(SystemClock),
+            Arc::new(SeededRandom::new(8)),
+        )
+        .unwrap();
+        let calls: Vec<_> = (0..100)
+            .map(|_| s.sign("GET", "/p", "", &[], b""))
+            .collect();
+        let verified = |headers: &[(String, String)]| {
+            matches!(
+                s.verify("GET", "/p", "", headers, b""),
+                Verdict::Verified { .. }
+            )
+        };
+        // Newest first, then the rest from the oldest: all new to the verifier.
+        assert!(verified(&calls[99]));
+        for call in &calls[..99] {
+            assert!(verified(call));
+        }
+        for call in &calls {
+            assert_eq!(
+                s.verify("GET", "/p", "", call, b""),
+                Verdict::Refused("replayed: call number already used")
+            );
+        }
+        // Another sender's numbers start over without clashing.
+        assert!(verified(&other.sign("GET", "/p", "", &[], b"")));
+        // A call overtaken by a full window of newer ones is refused, not
+        // checked against a slot that newer calls reuse.
+        let late = s.sign("GET", "/p", "", &[], b"");
+        for _ in 0..STREAM_WINDOW_CALLS {
+            assert!(verified(&s.sign("GET", "/p", "", &[], b"")));
+        }
+        assert!(matches!(
+            s.verify("GET", "/p", "", &late, b""),
+            Verdict::Refused(reason) if reason.starts_with("replay window passed")
+        ));
+    }
+
+    #[test]
+    fn a_random_nonce_of_an_older_node_still_verifies_once() {
+        let s = signer(KEY);
+        let mut headers = s.sign("GET", "/p", "", &[], b"");
+        let random = SeededRandom::new(3).token_hex(16);
+        for (n, v) in headers.iter_mut() {
+            if n == HEADER_NONCE {
+                *v = random.clone();
+            }
+        }
+        // Re-signed with the random nonce, as an older node signs.
+        headers.retain(|(n, _)| n != HEADER_SIGNATURE);
+        let call = SignedCall {
+            method: "GET",
+            path: "/p",
+            query: "",
+            markers: &headers,
+            body: b"",
+        };
+        let mut mac = HmacSha256::new_from_slice(KEY).unwrap();
+        mac.update(&call.canonical());
+        headers.push((
+            HEADER_SIGNATURE.into(),
+            format!("v1={}", hex::encode(mac.finalize().into_bytes())),
+        ));
+        assert!(matches!(
+            s.verify("GET", "/p", "", &headers, b""),
+            Verdict::Verified { .. }
+        ));
+        assert_eq!(
+            s.verify("GET", "/p", "", &headers, b""),
             Verdict::Refused("replayed: nonce already used")
         );
     }
@@ -373,9 +595,34 @@ mod tests {
                 *v = "1000".into();
             }
         }
+        // The timestamp is signed: changed, the signature fails.
         assert!(matches!(
             s.verify("GET", "/p", "", &headers, b""),
             Verdict::Refused(_)
+        ));
+        // Signed by a node whose clock is a minute ahead: skewed, with the
+        // sender and by how much.
+        #[derive(Debug)]
+        struct Ahead;
+        impl Clock for Ahead {
+            fn now(&self) -> tokio::time::Instant {
+                tokio::time::Instant::now()
+            }
+            fn wall_ms(&self) -> i64 {
+                SystemClock.wall_ms() + 60_000
+            }
+        }
+        let ahead = Signer::new(
+            KEY.to_vec(),
+            "n9".into(),
+            Arc::new(Ahead),
+            Arc::new(SeededRandom::new(9)),
+        )
+        .unwrap();
+        let headers = ahead.sign("GET", "/p", "", &[], b"");
+        assert!(matches!(
+            s.verify("GET", "/p", "", &headers, b""),
+            Verdict::Skewed { from, skew_ms } if from == "n9" && (59_000..=61_000).contains(&skew_ms)
         ));
     }
 

@@ -141,6 +141,19 @@ async fn send_until_served(addr: &str, method: &str, path: &str) -> common::Resp
     panic!("{method} {path} on {addr}: still 503");
 }
 
+/// The system's wall clock, `.0` ms ahead.
+#[derive(Debug)]
+struct AheadClock(i64);
+
+impl wasmkeep_cluster::Clock for AheadClock {
+    fn now(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now()
+    }
+    fn wall_ms(&self) -> i64 {
+        wasmkeep_cluster::Clock::wall_ms(&SystemClock) + self.0
+    }
+}
+
 fn signer_for(node: &str) -> Signer {
     let (_dir, key_file) = key_file();
     Signer::from_key_file(
@@ -244,7 +257,7 @@ async fn the_actors_own_hint_answers_first_expires_after_one_second_and_is_forgo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forged_and_replayed_signed_calls_are_ordinary_requests() {
+async fn forged_and_replayed_signed_calls_are_ordinary_requests_and_skewed_ones_503() {
     let (_dir, _bucket, a, _b) = two_nodes().await;
     let path = "/demo/counter/signed/increment";
     // A valid signed alarm hand-off: honoured once (no guest code runs).
@@ -279,12 +292,37 @@ async fn forged_and_replayed_signed_calls_are_ordinary_requests() {
     )
     .await;
     assert_eq!(r.text(), "3", "client markers are stripped");
+    // Signed by a peer whose clock is a minute ahead: answered 503 naming
+    // the skew, never served as a client's request (the guest does not run).
+    let (_key_dir, key_file) = key_file();
+    let ahead = Signer::from_key_file(
+        &key_file,
+        "n2".into(),
+        Arc::new(AheadClock(60_000)),
+        Arc::new(OsRandom),
+    )
+    .unwrap();
+    let r = send(
+        &a.addr,
+        "POST",
+        path,
+        ahead.sign("POST", path, "", &[], b""),
+    )
+    .await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("clock"), "{}", r.text());
+    let r = send(&a.addr, "GET", "/demo/counter/signed/value", Vec::new()).await;
+    assert_eq!(r.text(), "3", "the skewed call reached no actor");
     let metrics = send(&a.addr, "GET", "/_wasmkeep/metrics", Vec::new())
         .await
         .text();
     assert_eq!(
         wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_signed_calls_refused_total"),
         Some(2.0)
+    );
+    assert_eq!(
+        wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_signed_calls_skewed_total"),
+        Some(1.0)
     );
     a.node.shutdown(Duration::from_secs(10)).await;
 }

@@ -435,7 +435,10 @@ mod tests {
         let identity = Identity::generate();
         let sealed = encrypt(&identity.to_public(), b"hunter2").expect("encrypt");
         assert!(!sealed.windows(7).any(|w| w == b"hunter2"));
-        assert_eq!(decrypt(&identity, &sealed).expect("decrypt").as_slice(), b"hunter2");
+        assert_eq!(
+            decrypt(&identity, &sealed).expect("decrypt").as_slice(),
+            b"hunter2"
+        );
         assert!(decrypt(&Identity::generate(), &sealed).is_err());
     }
 
@@ -461,7 +464,10 @@ mod tests {
         secrets.refresh(&*bucket, &keys()).await;
         assert_eq!(secrets.get("a").as_deref().map(String::as_str), Some("uno"));
         assert_eq!(secrets.get("b"), None);
-        assert_eq!(secrets.get("c").as_deref().map(String::as_str), Some("three"));
+        assert_eq!(
+            secrets.get("c").as_deref().map(String::as_str),
+            Some("three")
+        );
         assert_eq!(secrets.get("d"), None);
         assert_eq!(secrets.names(), vec!["a", "c", "d"]);
         assert!(!format!("{secrets:?}").contains("uno"));

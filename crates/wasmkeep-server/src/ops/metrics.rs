@@ -88,6 +88,7 @@ pub struct Metrics {
     pub relayed_sockets: AtomicU64,
     pub alarm_hand_offs: AtomicU64,
     pub signed_refused: AtomicU64,
+    pub signed_skewed: AtomicU64,
     pub lease_renewals: AtomicU64,
     pub lease_failures: AtomicU64,
     pub peers_live: AtomicI64,
@@ -147,7 +148,7 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 28] = [
+        let counters: [(&str, &str, u64); 29] = [
             (
                 "wasmkeep_forwarded_requests_total",
                 "Requests and calls forwarded to the node that holds the actor.",
@@ -177,6 +178,11 @@ impl Metrics {
                 "wasmkeep_signed_calls_refused_total",
                 "Signed calls whose signature was refused (served as ordinary requests).",
                 load(&self.signed_refused),
+            ),
+            (
+                "wasmkeep_signed_calls_skewed_total",
+                "Peers' signed calls refused (503) because the two nodes' clocks disagree by more than the signature window.",
+                load(&self.signed_skewed),
             ),
             (
                 "wasmkeep_lease_renewals_total",

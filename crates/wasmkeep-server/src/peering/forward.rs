@@ -125,6 +125,8 @@ pub struct Markers {
     pub alarm_retry: Option<(u32, i64)>,
     /// A take call (ADR 0017).
     pub take: bool,
+    /// A peer's signed call refused for its clock: (sender, skew in ms).
+    pub skewed: Option<(String, i64)>,
 }
 
 impl Markers {
@@ -185,6 +187,15 @@ pub fn judge(
                 take: find(MARKER_TAKE) == Some("1"),
                 call_chain,
                 from: Some(from),
+                skewed: None,
+            }
+        }
+        Verdict::Skewed { from, skew_ms } => {
+            node.metrics.signed_skewed.fetch_add(1, Ordering::Relaxed);
+            log_skewed(&from, skew_ms);
+            Markers {
+                skewed: Some((from, skew_ms)),
+                ..Markers::default()
             }
         }
         Verdict::Unsigned => Markers::default(),
@@ -201,6 +212,38 @@ fn parse_retry(value: &str) -> Option<(u32, i64)> {
     let (count, due) = value.split_once(' ')?;
     Some((count.parse().ok()?, due.parse().ok()?))
 }
+
+fn log_skewed(from: &str, skew_ms: i64) {
+    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    let now = Instant::now();
+    let mut last = LAST.lock();
+    if last.is_none_or(|at| now.duration_since(at) >= REFUSED_LOG_PERIOD) {
+        *last = Some(now);
+        tracing::error!(
+            from,
+            skew_s = skew_ms as f64 / 1000.0,
+            window_s = wasmkeep_cluster::signing::SIGNATURE_WINDOW.as_secs(),
+            "refused a signed call: the clocks of this node and its sender disagree by more than the signature window; the call is answered 503 (fix the clocks: NTP). Logged at most every 10 s"
+        );
+    }
+}
+
+/// The answer to a peer's call refused for its clock: 503, never served as
+/// a client's request (which would answer the client 401 where tenant
+/// tokens are required, or act without the call's markers).
+pub fn skew_error(from: &str, skew_ms: i64) -> Error {
+    Error::Unavailable {
+        reason: format!(
+            "a call from node {from} was refused: its clock is {:.1} s off this node's, more than the {} s a signed call may be",
+            skew_ms as f64 / 1000.0,
+            wasmkeep_cluster::signing::SIGNATURE_WINDOW.as_secs()
+        ),
+        retry_after_s: SKEW_RETRY_AFTER_S,
+    }
+}
+
+/// Retry-After of a call refused for its sender's clock.
+const SKEW_RETRY_AFTER_S: u32 = 1;
 
 fn log_refused(reason: &str) {
     static LAST: Mutex<Option<Instant>> = Mutex::new(None);
