@@ -62,6 +62,7 @@ async fn verifying_service(
         }
         Verdict::Unsigned => "unsigned".into(),
         Verdict::Refused(why) => format!("refused: {why}"),
+        Verdict::Skewed { from, skew_ms } => format!("skewed: {from} by {skew_ms} ms"),
     };
     Ok(Response::new(Full::new(Bytes::from(answer))))
 }

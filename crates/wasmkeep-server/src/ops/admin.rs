@@ -318,7 +318,7 @@ fn read_value(file: Option<&Path>, name: &str) -> anyhow::Result<Zeroizing<Strin
             std::fs::File::open(path)
                 .with_context(|| format!("opening {}", path.display()))?
                 .take(limit)
-                .read_to_end(&mut *bytes)
+                .read_to_end(&mut bytes)
                 .with_context(|| format!("reading {}", path.display()))?;
         }
         None => {
@@ -329,7 +329,7 @@ fn read_value(file: Option<&Path>, name: &str) -> anyhow::Result<Zeroizing<Strin
             stdin
                 .lock()
                 .take(limit)
-                .read_to_end(&mut *bytes)
+                .read_to_end(&mut bytes)
                 .context("reading the value from stdin")?;
         }
     }
