@@ -347,7 +347,12 @@ impl Node {
             *stub.waiting_on.lock() = Some(target.clone());
         }
         let cycle = self
-            .waits_on_any(target, std::slice::from_ref(caller))
+            .waits_on_any(
+                target,
+                std::slice::from_ref(caller),
+                forward::WAITS_FOR_NODES_MAX,
+            )
+            .await
             .is_some();
         let result = if cycle {
             Err(Error::Call(format!(
@@ -367,25 +372,61 @@ impl Node {
     /// its running event calls). A call from any of them to `actor` would
     /// wait on itself: a deadlock, across nodes too when the incoming call
     /// chain names an actor that this node's actors wait on.
-    pub(crate) fn waits_on_any(&self, actor: &ActorId, callers: &[ActorId]) -> Option<ActorId> {
+    pub(crate) async fn waits_on_any(
+        &self,
+        actor: &ActorId,
+        callers: &[ActorId],
+        nodes_left: u32,
+    ) -> Option<ActorId> {
+        match self.waits_here(actor, callers) {
+            Waits::On(found) => Some(found),
+            Waits::Nobody => None,
+            // A resident actor waits on one held elsewhere: ask its holder
+            // (as far as the hints know it), which follows the chain on.
+            Waits::Elsewhere(next) if nodes_left > 0 => {
+                let holder = self.peering.hints.get(&next)?;
+                if holder == self.node_id {
+                    return None;
+                }
+                Box::pin(forward::ask_waits_for(
+                    self,
+                    &holder,
+                    &next,
+                    callers,
+                    nodes_left - 1,
+                ))
+                .await
+            }
+            Waits::Elsewhere(_) => None,
+        }
+    }
+
+    /// The waits-for path from `actor` through this node's resident actors.
+    fn waits_here(&self, actor: &ActorId, callers: &[ActorId]) -> Waits {
         /// Longest waits-for path followed (longer ones are cut, not refused).
         const WAITS_FOR_STEPS_MAX: usize = 64;
         if callers.is_empty() {
             // A client's request: nobody to wait on (and no lookups to pay).
-            return None;
+            return Waits::Nobody;
         }
         let mut at = actor.clone();
         for _ in 0..WAITS_FOR_STEPS_MAX {
             let next = match self.residents.lock().get(&at) {
                 Some(Entry::Live(stub)) => stub.waiting_on.lock().clone(),
+                // Not resident here: only an actor a resident one waits on
+                // is asked about elsewhere, never the first.
+                _ if at != *actor => return Waits::Elsewhere(at),
                 _ => None,
-            }?;
+            };
+            let Some(next) = next else {
+                return Waits::Nobody;
+            };
             if callers.contains(&next) {
-                return Some(next);
+                return Waits::On(next);
             }
             at = next;
         }
-        None
+        Waits::Nobody
     }
 
     /// Sends an event that no client waits for (alarm, socket), waiting for
@@ -518,4 +559,14 @@ impl Node {
         });
         stub
     }
+}
+
+/// Where a waits-for path through this node's residents ends.
+enum Waits {
+    /// At one of the callers: a cycle.
+    On(ActorId),
+    /// At an actor that waits on nobody (or is not resident, or too far).
+    Nobody,
+    /// At an actor a resident one waits on, not resident here.
+    Elsewhere(ActorId),
 }

@@ -449,9 +449,14 @@ async fn dispatch_actor(node: &Arc<Node>, call: Call) -> Result<HttpResponse> {
     // A call from another node whose chain names an actor that this one
     // already waits on (A calls B here while B, over there, calls A) would
     // wait for itself until the forward timed out.
-    if let Some((_, callers)) = chain.split_last()
-        && let Some(waited) = node.waits_on_any(&actor, callers)
-    {
+    let waited = match chain.split_last() {
+        Some((_, callers)) => {
+            node.waits_on_any(&actor, callers, forward::WAITS_FOR_NODES_MAX)
+                .await
+        }
+        None => None,
+    };
+    if let Some(waited) = waited {
         return Err(Error::Call(format!(
             "call cycle: {actor} is already waiting on {waited}"
         )));
@@ -640,6 +645,13 @@ async fn node_call(
 ) -> Result<Option<NodeAnswer>> {
     if markers.take {
         return Ok(Some(Box::pin(moves::receive_take(node, actor, body)).await));
+    }
+    if let Some(nodes_left) = markers.waits_for {
+        let callers = forward::decode_chain(&String::from_utf8_lossy(body)).map_err(|e| {
+            Error::BadRequest(format!("a waits-for question's body is no call chain: {e}"))
+        })?;
+        let waited = Box::pin(node.waits_on_any(actor, &callers, nodes_left)).await;
+        return Ok(Some(forward::waits_for_answer(waited.as_ref())));
     }
     if let Some(scheduled_ms) = markers.alarm_ms {
         Box::pin(forward::receive_alarm(

@@ -30,6 +30,16 @@ pub const MARKER_ALARM: &str = "x-wasmkeep-alarm";
 pub const MARKER_ALARM_RETRY: &str = "x-wasmkeep-alarm-retry";
 /// Marker: take the actor (ADR 0017); the signed body names the tenant.
 pub const MARKER_TAKE: &str = "x-wasmkeep-take";
+/// Marker: does the actor wait, through the actors it calls, on any actor
+/// of the signed body (a call chain)? Its value is how many more nodes the
+/// question may travel to. Answered by the node, never by a guest.
+pub const MARKER_WAITS_FOR: &str = "x-wasmkeep-waits-for";
+/// Most nodes a waits-for question travels through.
+pub const WAITS_FOR_NODES_MAX: u32 = 8;
+/// How long a node waits for a peer's answer to a waits-for question (the
+/// call it asks for waits in a mailbox meanwhile, so nothing is delayed
+/// but the detection; no answer means no cycle found).
+const WAITS_FOR_TIME_MAX: Duration = Duration::from_secs(2);
 /// Response header on a 503 from a draining node that no longer holds the
 /// actor of a forwarded request: nothing ran there, so the sender may claim
 /// the actor and run the request itself, once (ADR 0014). Guests cannot set it.
@@ -125,6 +135,8 @@ pub struct Markers {
     pub alarm_retry: Option<(u32, i64)>,
     /// A take call (ADR 0017).
     pub take: bool,
+    /// A waits-for question, with the nodes it may still travel to.
+    pub waits_for: Option<u32>,
     /// A peer's signed call refused for its clock: (sender, skew in ms).
     pub skewed: Option<(String, i64)>,
 }
@@ -185,6 +197,7 @@ pub fn judge(
                     }
                 }),
                 take: find(MARKER_TAKE) == Some("1"),
+                waits_for: find(MARKER_WAITS_FOR).and_then(|v| v.parse().ok()),
                 call_chain,
                 from: Some(from),
                 skewed: None,
@@ -456,6 +469,58 @@ impl NodeAnswer {
             headers: Vec::new(),
             body,
         }
+    }
+}
+
+/// Asks `peer`, which holds `actor` as far as this node knows, whether
+/// `actor` waits, through the actors it calls, on any of `callers`, the
+/// question travelling to at most `nodes_left` more nodes. `None` when it
+/// does not, or when no answer came (the caller then waits as before).
+pub(crate) async fn ask_waits_for(
+    node: &Node,
+    peer: &NodeId,
+    actor: &ActorId,
+    callers: &[ActorId],
+    nodes_left: u32,
+) -> Option<ActorId> {
+    let client = node.peering.transport.as_ref()?;
+    let url = node.peering.peers.get(peer)?.heartbeat.advertise;
+    let call = PeerCall {
+        method: http::Method::POST,
+        path: format!("{}/", actor_path(actor)),
+        query: String::new(),
+        headers: Vec::new(),
+        markers: vec![(MARKER_WAITS_FOR.to_owned(), nodes_left.to_string())],
+        body: Bytes::from(encode_chain(callers)),
+        timeout: WAITS_FOR_TIME_MAX,
+    };
+    /// The answer is one actor name, or `free`.
+    const WAITS_FOR_ANSWER_BYTES_MAX: usize = 4096;
+    match client.send(&url, call, WAITS_FOR_ANSWER_BYTES_MAX).await {
+        Ok(reply) if reply.status == 200 => {
+            let text = String::from_utf8_lossy(&reply.body);
+            let waited = text.trim().strip_prefix("waits ")?;
+            decode_chain(waited).ok()?.pop()
+        }
+        Ok(reply) => {
+            tracing::debug!(%actor, %peer, status = reply.status, "a waits-for question was not answered");
+            None
+        }
+        Err(e) => {
+            tracing::debug!(%actor, %peer, error = %e, "a waits-for question failed");
+            None
+        }
+    }
+}
+
+/// The answer to a waits-for question: `waits <actor>` or `free`.
+pub(crate) fn waits_for_answer(waited: Option<&ActorId>) -> NodeAnswer {
+    match waited {
+        Some(actor) => NodeAnswer::new(
+            200,
+            format!("waits {}", encode_chain(std::slice::from_ref(actor))),
+        ),
+        None => NodeAnswer::new(200, "free"),
     }
 }
 

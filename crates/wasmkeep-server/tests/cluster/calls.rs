@@ -120,7 +120,81 @@ async fn calls(c: &mut Cluster) -> anyhow::Result<()> {
         after == callee_owner,
         "after the call, callee answered from node {after}, not its owner {callee_owner}"
     );
-    calls_that_wait_on_each_other(c, &caller, caller_owner, callee_owner).await
+    calls_that_wait_on_each_other(c, &caller, caller_owner, callee_owner).await?;
+    calls_that_wait_round_three_nodes(c).await
+}
+
+/// Three actors on three nodes; each one's event waits a moment, then calls
+/// the next (a → b → c → a). Every call reaches an actor busy waiting on
+/// another node, so no call chain names a repeat: the node that receives
+/// the last call asks the holder of the actor its target waits on
+/// (ADR 0005, amended) and refuses the call as a call cycle, instead of
+/// all three waiting for the forward time limit. The other two calls then
+/// run.
+async fn calls_that_wait_round_three_nodes(c: &Cluster) -> anyhow::Result<()> {
+    /// Each event runs this long before its call, so that all three are
+    /// busy when the calls arrive.
+    const EVENT_WAIT_MS: u64 = 1500;
+    ensure!(
+        c.len() >= 3,
+        "three nodes are needed, the cluster has {}",
+        c.len()
+    );
+    // One actor per node: activated through that node, which claims it.
+    let mut ring = Vec::new();
+    for node in 0..3 {
+        let mut found = None;
+        for k in 0..CALLER_CANDIDATES {
+            let name = format!("ring{node}x{k}");
+            let (owner, _) = owner_of(c, node, "POST", &format!("/t/sink/{name}/echo")).await?;
+            if owner == node {
+                found = Some(name);
+                break;
+            }
+        }
+        ring.push(found.with_context(|| format!("no actor landed on node {node}"))?);
+    }
+    let urls: Vec<String> = (0..3)
+        .map(|i| {
+            let next = &ring[(i + 1) % 3];
+            c.url(
+                i,
+                &format!(
+                    "/t/sink/{}/call?class=sink&name={next}&path=/noop&sleep_ms={EVENT_WAIT_MS}",
+                    ring[i]
+                ),
+            )
+        })
+        .collect();
+    let (a, b, c2) = tokio::join!(
+        c.http.post(&urls[0]),
+        c.http.post(&urls[1]),
+        c.http.post(&urls[2])
+    );
+    let answers = [a?, b?, c2?];
+    let refused = answers
+        .iter()
+        .filter(|r| r.text().contains("call cycle"))
+        .count();
+    ensure!(
+        refused >= 1,
+        "no call of the ring {ring:?} was refused as a cycle: {:?}",
+        answers
+            .iter()
+            .map(|r| (r.status, r.text()))
+            .collect::<Vec<_>>()
+    );
+    for (i, r) in answers.iter().enumerate() {
+        ensure!(
+            r.status == 204 || r.text().contains("call cycle"),
+            "{}'s call to {}: {} {}",
+            ring[i],
+            ring[(i + 1) % 3],
+            r.status,
+            r.text()
+        );
+    }
+    Ok(())
 }
 
 /// The callee's event waits a moment, then calls the caller; meanwhile the
