@@ -8,9 +8,94 @@
 //! and SQLite's page-sized blocks (the 4 KiB temporary pages, two per open
 //! connection) then landed in mimalloc's next size class up, 5 KiB (ADR 0038).
 
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
 use rusqlite::ffi;
+
+/// The memory one guest statement may take beyond what it found: its
+/// thread's net growth of SQLite's blocks while it runs, capped. A guest
+/// statement runs on one thread from start to end (SQLite starts no helper
+/// threads here: `PRAGMA threads` is 0), so a thread's count is the
+/// statement's.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    /// Bytes taken minus bytes given back since the statement started.
+    used: isize,
+    max: isize,
+    /// An allocation was refused for the cap.
+    exceeded: bool,
+}
+
+thread_local! {
+    static BUDGET: Cell<Option<Budget>> = const { Cell::new(None) };
+}
+
+/// Caps the memory the guest statement about to run on this thread may
+/// take (see [`Budget`]); the cap ends when the guard is dropped. An
+/// allocation past it fails, and SQLite answers the statement
+/// `SQLITE_NOMEM`.
+pub(crate) struct StatementBudget(());
+
+impl StatementBudget {
+    pub(crate) fn start(max_bytes: usize) -> Self {
+        let max = isize::try_from(max_bytes).unwrap_or(isize::MAX);
+        BUDGET.with(|b| {
+            b.set(Some(Budget {
+                used: 0,
+                max,
+                exceeded: false,
+            }))
+        });
+        Self(())
+    }
+
+    /// Whether an allocation was refused for the cap.
+    pub(crate) fn exceeded(&self) -> bool {
+        BUDGET.with(|b| b.get().is_some_and(|budget| budget.exceeded))
+    }
+}
+
+impl Drop for StatementBudget {
+    fn drop(&mut self) {
+        BUDGET.with(|b| b.set(None));
+    }
+}
+
+/// Whether `grow` more bytes fit the running statement's cap (always,
+/// outside a guest statement); a refusal is noted.
+fn fits(grow: usize) -> bool {
+    BUDGET.with(|b| match b.get() {
+        None => true,
+        Some(mut budget) => {
+            let grow = isize::try_from(grow).unwrap_or(isize::MAX);
+            if budget.used.saturating_add(grow) > budget.max {
+                budget.exceeded = true;
+                b.set(Some(budget));
+                false
+            } else {
+                true
+            }
+        }
+    })
+}
+
+/// Counts `delta` bytes taken (negative: given back) against the running
+/// statement's cap, if any.
+fn count(delta: isize) {
+    BUDGET.with(|b| {
+        if let Some(mut budget) = b.get() {
+            budget.used = budget.used.saturating_add(delta);
+            b.set(Some(budget));
+        }
+    });
+}
+
+/// A live block's usable size, as a signed count.
+fn usable(p: *const c_void) -> isize {
+    // SAFETY: null (0) or a live block of mimalloc's.
+    isize::try_from(unsafe { mi_usable_size(p) }).unwrap_or(isize::MAX)
+}
 
 // Part of mimalloc's C API, linked through `libmimalloc-sys`, whose
 // declarations of these sit behind a feature with a dependency of its own.
@@ -26,17 +111,26 @@ fn size(n: c_int) -> Option<usize> {
 /// # Safety
 /// Called by SQLite only.
 unsafe extern "C" fn x_malloc(n: c_int) -> *mut c_void {
-    match size(n) {
-        // SAFETY: a plain allocation; mimalloc aligns blocks to 16 bytes
-        // (SQLite needs 8).
-        Some(n) => unsafe { libmimalloc_sys::mi_malloc(n) },
-        None => std::ptr::null_mut(),
+    let Some(n) = size(n) else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: a pure function of its argument.
+    if !fits(unsafe { mi_good_size(n) }) {
+        return std::ptr::null_mut();
     }
+    // SAFETY: a plain allocation; mimalloc aligns blocks to 16 bytes
+    // (SQLite needs 8).
+    let p = unsafe { libmimalloc_sys::mi_malloc(n) };
+    if !p.is_null() {
+        count(usable(p));
+    }
+    p
 }
 
 /// # Safety
 /// Called by SQLite only, with a block of ours or null.
 unsafe extern "C" fn x_free(p: *mut c_void) {
+    count(-usable(p));
     // SAFETY: null or a live block from mi_malloc / mi_realloc.
     unsafe { libmimalloc_sys::mi_free(p) }
 }
@@ -44,11 +138,21 @@ unsafe extern "C" fn x_free(p: *mut c_void) {
 /// # Safety
 /// Called by SQLite only, with a block of ours and a positive size.
 unsafe extern "C" fn x_realloc(p: *mut c_void, n: c_int) -> *mut c_void {
-    match size(n) {
-        // SAFETY: null or a live block of ours; on failure it stays as it was.
-        Some(n) => unsafe { libmimalloc_sys::mi_realloc(p, n) },
-        None => std::ptr::null_mut(),
+    let Some(n) = size(n) else {
+        return std::ptr::null_mut();
+    };
+    let before = usable(p);
+    // SAFETY: a pure function of its argument.
+    let after = isize::try_from(unsafe { mi_good_size(n) }).unwrap_or(isize::MAX);
+    if !fits(usize::try_from(after - before).unwrap_or(0)) {
+        return std::ptr::null_mut();
     }
+    // SAFETY: null or a live block of ours; on failure it stays as it was.
+    let q = unsafe { libmimalloc_sys::mi_realloc(p, n) };
+    if !q.is_null() {
+        count(usable(q) - before);
+    }
+    q
 }
 
 /// # Safety

@@ -64,6 +64,10 @@ pub struct StoreConfig {
     pub query_bytes_max: usize,
     /// Longest a single guest statement may run before it is interrupted.
     pub statement_time_max: Duration,
+    /// Most memory a single guest statement may take in SQLite (sorts,
+    /// temporary b-trees, values), beyond what it found; past it the
+    /// statement fails with a clear error.
+    pub statement_memory_max: usize,
     /// Attempts to write one record (or alarm index) before the store breaks.
     pub write_attempts_max: u32,
     /// Wait before the first retry of a failed write; doubles each attempt.
@@ -86,6 +90,7 @@ impl Default for StoreConfig {
             database_bytes_max: 1 << 30,
             query_bytes_max: 32 << 20,
             statement_time_max: Duration::from_secs(10),
+            statement_memory_max: 64 << 20,
             write_attempts_max: 6,
             write_retry_backoff: Duration::from_millis(20),
             write_time_max: Duration::from_secs(10),

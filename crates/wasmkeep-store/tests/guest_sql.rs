@@ -226,6 +226,47 @@ async fn a_runaway_statement_is_interrupted() {
     assert!(n == 0 || n == 2, "the event was half applied: {n} rows");
 }
 
+/// A statement whose sort needs more memory than `statement_memory_max`
+/// fails with an error that says so, its event keeps nothing of it, and
+/// the actor works afterwards (the next event, and the same event's
+/// statements before it).
+#[tokio::test]
+async fn a_statement_past_its_memory_cap_fails_clearly_and_the_actor_works_on() {
+    let bucket = Probe::new();
+    let a = actor("memory-hog");
+    let cfg = wasmkeep_store::StoreConfig {
+        statement_memory_max: 4 << 20,
+        ..config()
+    };
+    let mut s = open_with(&bucket, &a, "n1", cfg).await;
+    event(&mut s, &["CREATE TABLE t (n)"]).await.unwrap();
+    // About 25 MB of rows to sort, in one statement.
+    let hog = "SELECT count(*) FROM (SELECT n, randomblob(100) AS b FROM \
+               (WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c LIMIT 250000) \
+               SELECT n FROM c) ORDER BY b)";
+    s.begin_event().unwrap();
+    s.execute("INSERT INTO t VALUES (1)", &[]).unwrap();
+    let err = s.query(hog, &[]).unwrap_err();
+    assert!(err.message.contains("statement_memory_max"), "{err}");
+    if s.query("SELECT 1", &[]).is_ok() {
+        // SQLite kept the transaction: what ran before the hog commits.
+        s.commit_event().unwrap().await.unwrap();
+        assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 1);
+    } else {
+        let e = s.commit_event().unwrap_err();
+        assert!(matches!(e, wasmkeep_store::Error::EventAborted(_)), "{e:?}");
+        assert_eq!(int(&mut s, "SELECT count(*) FROM t"), 0);
+    }
+    // The actor works on, and a sort within the cap runs.
+    event(&mut s, &["INSERT INTO t VALUES (2)"]).await.unwrap();
+    let small = "SELECT count(*) FROM (SELECT n, randomblob(100) AS b FROM \
+                 (WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c LIMIT 1000) \
+                 SELECT n FROM c) ORDER BY b)";
+    s.begin_event().unwrap();
+    assert_eq!(int(&mut s, small), 1000);
+    s.rollback_event();
+}
+
 #[tokio::test]
 async fn a_result_larger_than_the_limit_is_an_error() {
     let bucket = Probe::new();

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use rusqlite::{Connection, params_from_iter};
 
+use crate::alloc::StatementBudget;
 use crate::conn::Conn;
 use crate::record;
 use crate::sql::{self, SqlError, SqlRows, SqlValue};
@@ -76,7 +77,10 @@ impl ActorStore {
             *self.deadline.lock() = None;
             return Err(SqlError::new("internal: an event without a connection"));
         };
+        let budget = StatementBudget::start(self.shared.config.statement_memory_max);
         let result = run(conn, self.shared.config.query_bytes_max);
+        let over_budget = budget.exceeded();
+        drop(budget);
         self.guard.set_guest(false);
         *self.deadline.lock() = None;
         let result = result.map_err(|e| {
@@ -85,6 +89,12 @@ impl ActorStore {
                 e.message = format!(
                     "interrupted: the statement ran longer than statement_time_max ({:?})",
                     self.shared.config.statement_time_max
+                );
+            } else if over_budget {
+                e.message = format!(
+                    "out of memory: the statement needed more than statement_memory_max ({} MiB) ({})",
+                    self.shared.config.statement_memory_max >> 20,
+                    e.message
                 );
             }
             e
