@@ -116,20 +116,31 @@ impl Node {
     /// compiles several could outlast the lease TTL, which the first renewal
     /// after it would then find lapsed (the node exited).
     async fn load_classes_at_start(self: &Arc<Self>) -> Result<()> {
+        // A renewal is never cut off in flight when the loads end: its
+        // write could land late, and the first renewal after the start
+        // would find it and fail the start. It is told to stop, and
+        // finishes the renewal it is in.
+        let (stop_tx, mut stop_rx) = watch::channel(false);
         let renewing = async {
             loop {
-                tokio::time::sleep(self.config.heartbeat_period).await;
+                tokio::select! {
+                    // Checked in order: a run replays the same way (ADR 0006).
+                    biased;
+                    _ = stop_rx.changed() => return,
+                    () = tokio::time::sleep(self.config.heartbeat_period) => {}
+                }
                 if let Err(e) = lease::renew(self).await {
                     tracing::warn!(error = %e, "lease renewal during the start's class loads failed");
                 }
             }
         };
-        tokio::select! {
-            // Checked in order: a run replays the same way (ADR 0006).
-            biased;
-            loaded = self.poll_classes() => loaded,
-            never = renewing => never,
-        }
+        let loading = async {
+            let loaded = self.poll_classes().await;
+            let _ = stop_tx.send(true);
+            loaded
+        };
+        let (loaded, ()) = tokio::join!(loading, renewing);
+        loaded
     }
 
     /// Starts the node's long-running parts, in this order (a simulation
