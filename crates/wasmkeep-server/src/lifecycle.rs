@@ -93,13 +93,18 @@ impl Node {
         }
         lease::claim(&node).await?;
         // The tenant-token policy before the first request (ADR 0059): a
-        // node started with --tenant-tokens true makes it the app's.
-        if node.front.tenants.forced() && tenants::require(&*node.bucket, &node.keys).await? {
-            tracing::info!(
-                "--tenant-tokens true: wrote control/tenant-tokens, so every node of the app requires tenant tokens"
-            );
-        }
-        let policy = tenants::read_policy(&*node.bucket, &node.keys).await?;
+        // node started with --tenant-tokens true makes it the app's (and
+        // then knows it without reading it back).
+        let policy = if node.front.tenants.forced() {
+            if tenants::require(&*node.bucket, &node.keys).await? {
+                tracing::info!(
+                    "--tenant-tokens true: wrote control/tenant-tokens, so every node of the app requires tenant tokens"
+                );
+            }
+            tenants::Policy::Required
+        } else {
+            tenants::read_policy(&*node.bucket, &node.keys).await?
+        };
         node.front.tenants.set_policy(policy);
         node.load_classes_at_start().await?;
         node.peering.set_node_state(NodeState::Serving);

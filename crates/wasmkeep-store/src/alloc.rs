@@ -62,13 +62,18 @@ impl Drop for StatementBudget {
     }
 }
 
-/// Whether `grow` more bytes fit the running statement's cap (always,
-/// outside a guest statement); a refusal is noted.
-fn fits(grow: usize) -> bool {
+/// Whether a statement's cap is running on this thread (one thread-local
+/// read: outside guest statements the allocation methods do nothing more).
+fn budgeted() -> bool {
+    BUDGET.with(|b| b.get().is_some())
+}
+
+/// Whether `grow` more bytes fit the running statement's cap; a refusal is
+/// noted.
+fn fits(grow: isize) -> bool {
     BUDGET.with(|b| match b.get() {
         None => true,
         Some(mut budget) => {
-            let grow = isize::try_from(grow).unwrap_or(isize::MAX);
             if budget.used.saturating_add(grow) > budget.max {
                 budget.exceeded = true;
                 b.set(Some(budget));
@@ -81,7 +86,7 @@ fn fits(grow: usize) -> bool {
 }
 
 /// Counts `delta` bytes taken (negative: given back) against the running
-/// statement's cap, if any.
+/// statement's cap.
 fn count(delta: isize) {
     BUDGET.with(|b| {
         if let Some(mut budget) = b.get() {
@@ -89,6 +94,12 @@ fn count(delta: isize) {
             b.set(Some(budget));
         }
     });
+}
+
+/// The size mimalloc gives a request of `n` bytes, as a signed count.
+fn good_size(n: usize) -> isize {
+    // SAFETY: a pure function of its argument.
+    isize::try_from(unsafe { mi_good_size(n) }).unwrap_or(isize::MAX)
 }
 
 /// A live block's usable size, as a signed count.
@@ -114,12 +125,15 @@ unsafe extern "C" fn x_malloc(n: c_int) -> *mut c_void {
     let Some(n) = size(n) else {
         return std::ptr::null_mut();
     };
-    // SAFETY: a pure function of its argument.
-    if !fits(unsafe { mi_good_size(n) }) {
+    if !budgeted() {
+        // SAFETY: a plain allocation; mimalloc aligns blocks to 16 bytes
+        // (SQLite needs 8).
+        return unsafe { libmimalloc_sys::mi_malloc(n) };
+    }
+    if !fits(good_size(n)) {
         return std::ptr::null_mut();
     }
-    // SAFETY: a plain allocation; mimalloc aligns blocks to 16 bytes
-    // (SQLite needs 8).
+    // SAFETY: as above.
     let p = unsafe { libmimalloc_sys::mi_malloc(n) };
     if !p.is_null() {
         count(usable(p));
@@ -130,7 +144,9 @@ unsafe extern "C" fn x_malloc(n: c_int) -> *mut c_void {
 /// # Safety
 /// Called by SQLite only, with a block of ours or null.
 unsafe extern "C" fn x_free(p: *mut c_void) {
-    count(-usable(p));
+    if budgeted() {
+        count(-usable(p));
+    }
     // SAFETY: null or a live block from mi_malloc / mi_realloc.
     unsafe { libmimalloc_sys::mi_free(p) }
 }
@@ -141,13 +157,15 @@ unsafe extern "C" fn x_realloc(p: *mut c_void, n: c_int) -> *mut c_void {
     let Some(n) = size(n) else {
         return std::ptr::null_mut();
     };
+    if !budgeted() {
+        // SAFETY: null or a live block of ours; on failure it stays as it was.
+        return unsafe { libmimalloc_sys::mi_realloc(p, n) };
+    }
     let before = usable(p);
-    // SAFETY: a pure function of its argument.
-    let after = isize::try_from(unsafe { mi_good_size(n) }).unwrap_or(isize::MAX);
-    if !fits(usize::try_from(after - before).unwrap_or(0)) {
+    if !fits((good_size(n) - before).max(0)) {
         return std::ptr::null_mut();
     }
-    // SAFETY: null or a live block of ours; on failure it stays as it was.
+    // SAFETY: as above.
     let q = unsafe { libmimalloc_sys::mi_realloc(p, n) };
     if !q.is_null() {
         count(usable(q) - before);

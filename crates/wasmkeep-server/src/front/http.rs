@@ -297,10 +297,7 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
     // Refuse unknown classes before reading a body.
     node.classes.get(&actor.class)?;
     if sockets::is_upgrade(&req) {
-        let markers = forward::judge(node, &method, &raw_path, &raw_query, &headers, b"");
-        if let Some((from, skew_ms)) = &markers.skewed {
-            return Err(forward::skew_error(from, *skew_ms));
-        }
+        let markers = forward::judge(node, &method, &raw_path, &raw_query, &headers, b"")?;
         if signed && markers.from.is_none() {
             check_tenant_token(node, &actor, &headers).await?;
         }
@@ -407,10 +404,7 @@ async fn dispatch_actor(node: &Arc<Node>, call: Call) -> Result<HttpResponse> {
         body,
         signed,
     } = call;
-    let markers: Markers = forward::judge(node, &method, &raw_path, &raw_query, &headers, &body);
-    if let Some((from, skew_ms)) = &markers.skewed {
-        return Err(forward::skew_error(from, *skew_ms));
-    }
+    let markers: Markers = forward::judge(node, &method, &raw_path, &raw_query, &headers, &body)?;
     if signed && markers.from.is_none() {
         // A refused signature makes it an ordinary client request.
         check_tenant_token(node, &actor, &headers).await?;

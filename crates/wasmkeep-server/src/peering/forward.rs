@@ -137,8 +137,6 @@ pub struct Markers {
     pub take: bool,
     /// A waits-for question, with the nodes it may still travel to.
     pub waits_for: Option<u32>,
-    /// A peer's signed call refused for its clock: (sender, skew in ms).
-    pub skewed: Option<(String, i64)>,
 }
 
 impl Markers {
@@ -151,8 +149,9 @@ impl Markers {
 }
 
 /// Judges a request's marker headers: a verified signed call's markers are
-/// honoured; a refused one (bad, stale, replayed, or no cluster key here) is
-/// an ordinary request. Markers are never passed on to the guest.
+/// honoured; a refused one (bad, replayed, or no cluster key here) is an
+/// ordinary request; a peer's call signed with a clock too far off is an
+/// error (503), never served. Markers are never passed on to the guest.
 pub fn judge(
     node: &Node,
     method: &str,
@@ -160,18 +159,18 @@ pub fn judge(
     query: &str,
     headers: &[(String, String)],
     body: &[u8],
-) -> Markers {
+) -> Result<Markers> {
     let signed = headers
         .iter()
         .any(|(n, _)| n.eq_ignore_ascii_case(wasmkeep_cluster::signing::HEADER_SIGNATURE));
     if !signed {
-        return Markers::default();
+        return Ok(Markers::default());
     }
     let verdict = match &node.peering.signer {
         Some(signer) => signer.verify(method, path, query, headers, body),
         None => Verdict::Refused("this node has no cluster key"),
     };
-    match verdict {
+    Ok(match verdict {
         Verdict::Verified { from, markers } => {
             let find = |name: &str| {
                 markers
@@ -200,16 +199,12 @@ pub fn judge(
                 waits_for: find(MARKER_WAITS_FOR).and_then(|v| v.parse().ok()),
                 call_chain,
                 from: Some(from),
-                skewed: None,
             }
         }
         Verdict::Skewed { from, skew_ms } => {
             node.metrics.signed_skewed.fetch_add(1, Ordering::Relaxed);
             log_skewed(&from, skew_ms);
-            Markers {
-                skewed: Some((from, skew_ms)),
-                ..Markers::default()
-            }
+            return Err(skew_error(&from, skew_ms));
         }
         Verdict::Unsigned => Markers::default(),
         Verdict::Refused(reason) => {
@@ -217,7 +212,7 @@ pub fn judge(
             log_refused(reason);
             Markers::default()
         }
-    }
+    })
 }
 
 /// Reads [`MARKER_ALARM_RETRY`]'s `"COUNT DUE"`.
@@ -226,12 +221,21 @@ fn parse_retry(value: &str) -> Option<(u32, i64)> {
     Some((count.parse().ok()?, due.parse().ok()?))
 }
 
+/// True at most once per [`REFUSED_LOG_PERIOD`] for the log line `last`
+/// keeps the time of.
+fn log_due(last: &Mutex<Option<Instant>>) -> bool {
+    let now = Instant::now();
+    let mut last = last.lock();
+    let due = last.is_none_or(|at| now.duration_since(at) >= REFUSED_LOG_PERIOD);
+    if due {
+        *last = Some(now);
+    }
+    due
+}
+
 fn log_skewed(from: &str, skew_ms: i64) {
     static LAST: Mutex<Option<Instant>> = Mutex::new(None);
-    let now = Instant::now();
-    let mut last = LAST.lock();
-    if last.is_none_or(|at| now.duration_since(at) >= REFUSED_LOG_PERIOD) {
-        *last = Some(now);
+    if log_due(&LAST) {
         tracing::error!(
             from,
             skew_s = skew_ms as f64 / 1000.0,
@@ -244,7 +248,7 @@ fn log_skewed(from: &str, skew_ms: i64) {
 /// The answer to a peer's call refused for its clock: 503, never served as
 /// a client's request (which would answer the client 401 where tenant
 /// tokens are required, or act without the call's markers).
-pub fn skew_error(from: &str, skew_ms: i64) -> Error {
+fn skew_error(from: &str, skew_ms: i64) -> Error {
     Error::Unavailable {
         reason: format!(
             "a call from node {from} was refused: its clock is {:.1} s off this node's, more than the {} s a signed call may be",
@@ -260,10 +264,7 @@ const SKEW_RETRY_AFTER_S: u32 = 1;
 
 fn log_refused(reason: &str) {
     static LAST: Mutex<Option<Instant>> = Mutex::new(None);
-    let now = Instant::now();
-    let mut last = LAST.lock();
-    if last.is_none_or(|at| now.duration_since(at) >= REFUSED_LOG_PERIOD) {
-        *last = Some(now);
+    if log_due(&LAST) {
         tracing::warn!(
             reason,
             "refused a signed call; it is served as an ordinary request without its markers (logged at most every 10 s)"
