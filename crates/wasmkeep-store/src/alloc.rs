@@ -72,16 +72,12 @@ fn budgeted() -> bool {
 /// noted.
 fn fits(grow: isize) -> bool {
     BUDGET.with(|b| match b.get() {
-        None => true,
-        Some(mut budget) => {
-            if budget.used.saturating_add(grow) > budget.max {
-                budget.exceeded = true;
-                b.set(Some(budget));
-                false
-            } else {
-                true
-            }
+        Some(mut budget) if budget.used.saturating_add(grow) > budget.max => {
+            budget.exceeded = true;
+            b.set(Some(budget));
+            false
         }
+        _ => true,
     })
 }
 
