@@ -7,8 +7,8 @@
 //! so the checkers judge every commit against the bucket's truth.
 //!
 //! Requests (POST to `/<tenant>/counter/<name>/...`):
-//! - `/inc`, body the client's event id: adds one to the counter; answers
-//!   the new count;
+//! - `/inc`, body the client's event id: adds one to the counter and
+//!   notes the id; answers the new count;
 //! - `/alarm`, body a wall-clock time in ms: sets the actor's alarm.
 //!
 //! The alarm event counts the firing (truth) and clears the alarm.
@@ -142,10 +142,20 @@ impl SimInstance {
         Ok(())
     }
 
-    fn increment(&mut self) -> Result<i64, String> {
+    /// Adds one to the counter and notes the client's event id (the
+    /// checkers look for the ids of writes answered as failed).
+    fn increment(&mut self, event_id: i64) -> Result<i64, String> {
         self.host.sql_execute(
             "CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
             Vec::new(),
+        )?;
+        self.host.sql_execute(
+            "CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY)",
+            Vec::new(),
+        )?;
+        self.host.sql_execute(
+            "INSERT INTO events (id) VALUES (?1)",
+            vec![SqlValue::Integer(event_id)],
         )?;
         self.host.sql_execute(
             "INSERT INTO counter (id, n) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = n + 1",
@@ -196,8 +206,11 @@ impl GuestInstance for SimInstance {
         let body = String::from_utf8_lossy(&request.body).trim().to_owned();
         match request.path.as_str() {
             "/inc" => {
+                let Ok(event_id) = body.parse::<i64>() else {
+                    return Ok(text(400, "the body must be an event id"));
+                };
                 let n = self
-                    .increment()
+                    .increment(event_id)
                     .map_err(|e| EventError::Trap(format!("increment: {e}")))?;
                 self.committing(&format!("event {body}"))?;
                 self.ctx

@@ -504,7 +504,11 @@ async fn run_in_runtime(config: SimConfig) -> SimReport {
     for actor in actors {
         let bucket = node::checker_bucket(&world.root);
         match node::read_counter(bucket, &world.keys, &actor).await {
-            Ok(found) => world.truth.lock().check_counter(&actor.to_string(), found),
+            Ok(found) => {
+                let mut truth = world.truth.lock();
+                truth.check_counter(&actor.to_string(), found.n);
+                truth.check_failed_writes(&actor.to_string(), &found.events);
+            }
             Err(e) => world
                 .truth
                 .lock()
@@ -583,14 +587,19 @@ async fn client_driver(world: Arc<World>) {
                         ),
                     );
                 }
-                Some(reply) => truth.log(
-                    &who,
-                    format!(
-                        "event {id} {actor}: refused {} {}",
-                        reply.status,
-                        String::from_utf8_lossy(&reply.body).trim()
-                    ),
-                ),
+                Some(reply) => {
+                    if reply.status != 504 {
+                        truth.increment_failed(&actor.to_string(), id, reply.status);
+                    }
+                    truth.log(
+                        &who,
+                        format!(
+                            "event {id} {actor}: refused {} {}",
+                            reply.status,
+                            String::from_utf8_lossy(&reply.body).trim()
+                        ),
+                    );
+                }
                 None => truth.log(&who, format!("event {id} {actor}: refused: node down")),
             }
         });

@@ -147,12 +147,21 @@ pub fn checker_bucket(root: &MemoryBucket) -> Arc<dyn Bucket> {
     Arc::new(root.new_client(0))
 }
 
-/// The counter as a fresh store restores it (0 when nothing was written).
+/// What a fresh store restores of a counter actor.
+#[derive(Debug, Default)]
+pub struct Counted {
+    /// The counter (0 when nothing was written).
+    pub n: u64,
+    /// The client event ids of the increments in the database.
+    pub events: std::collections::BTreeSet<u64>,
+}
+
+/// The counter and its event ids as a fresh store restores them.
 pub async fn read_counter(
     bucket: Arc<dyn Bucket>,
     keys: &Keys,
     actor: &ActorId,
-) -> Result<u64, String> {
+) -> Result<Counted, String> {
     let writer = WriterId {
         node: "checker".into(),
         incarnation: "checker".into(),
@@ -166,15 +175,24 @@ pub async fn read_counter(
     )
     .await
     .map_err(|e| e.to_string())?;
-    let found = match store.query("SELECT n FROM counter WHERE id = 1", &[]) {
-        Ok(rows) => match rows.rows.first().and_then(|r| r.first()) {
-            Some(wasmkeep_store::SqlValue::Integer(n)) => u64::try_from(*n).unwrap_or(0),
-            _ => 0,
-        },
+    let integers = |store: &mut ActorStore, sql: &str| match store.query(sql, &[]) {
+        Ok(rows) => Ok(rows
+            .rows
+            .iter()
+            .filter_map(|r| match r.first() {
+                Some(wasmkeep_store::SqlValue::Integer(n)) => u64::try_from(*n).ok(),
+                _ => None,
+            })
+            .collect::<Vec<u64>>()),
         // No increment ever became durable: the table was never created.
-        Err(e) if e.message.contains("no such table") => 0,
-        Err(e) => return Err(e.to_string()),
+        Err(e) if e.message.contains("no such table") => Ok(Vec::new()),
+        Err(e) => Err(e.to_string()),
     };
+    let n = integers(&mut store, "SELECT n FROM counter WHERE id = 1")?;
+    let events = integers(&mut store, "SELECT id FROM events")?;
     store.rollback_event();
-    Ok(found)
+    Ok(Counted {
+        n: n.first().copied().unwrap_or(0),
+        events: events.into_iter().collect(),
+    })
 }

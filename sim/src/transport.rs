@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use wasmkeep_cluster::Signer;
-use wasmkeep_server::peering::peer::{PeerReply, PeerTransport};
+use wasmkeep_server::peering::peer::{CallFailed, PeerReply, PeerTransport};
 use wasmkeep_transport::PeerCall;
 
 use crate::World;
@@ -61,8 +61,9 @@ impl PeerTransport for SimTransport {
         url: &str,
         call: PeerCall,
         body_bytes_max: usize,
-    ) -> Result<PeerReply, String> {
-        let to = index_of_url(url).ok_or_else(|| format!("no simulated node at {url}"))?;
+    ) -> Result<PeerReply, CallFailed> {
+        let to = index_of_url(url)
+            .ok_or_else(|| CallFailed::not_sent(format!("no simulated node at {url}")))?;
         let what = format!(
             "call n{} -> n{to} {} {}{}",
             self.from,
@@ -77,16 +78,16 @@ impl PeerTransport for SimTransport {
         let deliver = async {
             tokio::time::sleep(delay).await;
             if !self.alive.load(Ordering::SeqCst) {
-                return Err("the sending process crashed".to_owned());
+                return Err(CallFailed::not_sent("the sending process crashed"));
             }
             if self.world.is_cut(self.from, to) {
-                return Err("connection timed out (partition)".to_owned());
+                return Err(CallFailed::not_sent("connection timed out (partition)"));
             }
             if lost_request {
-                return Err("connection reset (request lost)".to_owned());
+                return Err(CallFailed::not_sent("connection reset (request lost)"));
             }
             let Some(target) = self.world.node(to) else {
-                return Err("connection refused (node down)".to_owned());
+                return Err(CallFailed::not_sent("connection refused (node down)"));
             };
             let mut headers: Vec<(String, String)> = call
                 .headers
@@ -137,16 +138,18 @@ impl PeerTransport for SimTransport {
             tokio::time::sleep(back).await;
             if lost_reply || self.world.is_cut(self.from, to) || !self.alive.load(Ordering::SeqCst)
             {
-                return Err("connection reset (reply lost)".to_owned());
+                return Err(CallFailed::unanswered("connection reset (reply lost)"));
             }
             if reply.body.len() > body_bytes_max {
-                return Err("the answer is larger than the limit".to_owned());
+                return Err(CallFailed::unanswered(
+                    "the answer is larger than the limit",
+                ));
             }
             Ok(reply)
         };
         let result = match tokio::time::timeout(call.timeout, deliver).await {
             Ok(result) => result,
-            Err(_) => Err("timed out".to_owned()),
+            Err(_) => Err(CallFailed::unanswered("timed out")),
         };
         let outcome = match &result {
             Ok(reply) => format!(
@@ -154,7 +157,7 @@ impl PeerTransport for SimTransport {
                 reply.status,
                 String::from_utf8_lossy(&reply.body).trim()
             ),
-            Err(e) => e.clone(),
+            Err(e) => e.reason.clone(),
         };
         self.world
             .truth

@@ -14,6 +14,10 @@
 //!   snapshot is never read: a compaction or a delete removed it, and a
 //!   paused former holder may create it again harmlessly);
 //! - **no acknowledged write lost** ([`Truth::check_counter`], at the end);
+//! - **no write answered as failed is ever visible**
+//!   ([`Truth::check_failed_writes`], at the end): an increment whose
+//!   client got an error other than 504 (outcome unknown, ADR 0062) is
+//!   not in the actor's database;
 //! - **every committed alarm fires** ([`Truth::check_alarms`], at the end,
 //!   after the faults healed): an alarm whose setting was acknowledged, and
 //!   not replaced by a later setting, ran at least once;
@@ -57,6 +61,7 @@ pub const MOVE_UNDONE: &str = "move ended on the old owner:";
 pub const DRAINED_HOLDS: &str = "drained node holds actors:";
 pub const DELETE_UNDONE: &str = "a deleted actor's write came back:";
 pub const DELETE_UNFINISHED: &str = "delete never finished:";
+pub const FAILED_WRITE_VISIBLE: &str = "a write answered as failed is visible:";
 
 /// One `wasmkeep actor delete`: when the operator asked (before its key was
 /// written) and when a node removed the key (the deletion ended).
@@ -95,6 +100,9 @@ pub struct Truth {
     /// Actor -> the virtual ms each increment acknowledged to a client was
     /// sent.
     ack_sent_ms: BTreeMap<String, Vec<u128>>,
+    /// Actor -> the client event ids of increments answered with an error
+    /// that says nothing was applied, and that status.
+    failed_answers: BTreeMap<String, Vec<(u64, u16)>>,
     /// Actor -> its deletions, in order.
     deletions: BTreeMap<String, Vec<Deletion>>,
     /// Actor -> every alarm time a guest set, in order, with the virtual ms
@@ -130,6 +138,7 @@ impl Truth {
             snapshots: BTreeMap::new(),
             commit_ms: BTreeMap::new(),
             ack_sent_ms: BTreeMap::new(),
+            failed_answers: BTreeMap::new(),
             deletions: BTreeMap::new(),
             alarm_sets: BTreeMap::new(),
             alarm_acks: BTreeMap::new(),
@@ -305,6 +314,33 @@ impl Truth {
     }
 
     /// Increments acknowledged to clients, over every actor.
+    /// An increment's client got `status`, an error that says nothing was
+    /// applied.
+    pub fn increment_failed(&mut self, actor: &str, event_id: u64, status: u16) {
+        self.failed_answers
+            .entry(actor.to_owned())
+            .or_default()
+            .push((event_id, status));
+    }
+
+    /// At the end: no increment answered as failed is in `actor`'s
+    /// database (`events`: the ids a fresh restore finds).
+    pub fn check_failed_writes(&mut self, actor: &str, events: &std::collections::BTreeSet<u64>) {
+        let visible: Vec<(u64, u16)> = self
+            .failed_answers
+            .get(actor)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .filter(|(id, _)| events.contains(id))
+            .copied()
+            .collect();
+        for (id, status) in visible {
+            self.violation(format!(
+                "{FAILED_WRITE_VISIBLE} event {id} of {actor} was answered {status}, and its increment is in the database"
+            ));
+        }
+    }
+
     pub fn acknowledged_total(&self) -> u64 {
         self.ack_sent_ms.values().map(Vec::len).sum::<usize>() as u64
     }

@@ -133,7 +133,8 @@ async fn a_racing_first_acquire_is_not_overwritten() {
     // answers 100 ms from now) conflicts. `a` releases at 150 ms, so `b`'s
     // read of the record (200 ms) finds none; `a` acquires again at 250 ms,
     // between that read and `b`'s next put-if-absent (300 ms).
-    let AcquireOutcome::Acquired { etag } = a.ownership.acquire(&actor()).await.expect("acquire")
+    let AcquireOutcome::Acquired { etag, .. } =
+        a.ownership.acquire(&actor()).await.expect("acquire")
     else {
         panic!("a acquires a free actor");
     };

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use wasmkeep_cluster::planted;
-use wasmkeep_sim::truth::{ALARM_LATE, LEASE_TRUTH, MOVE_UNDONE, ONE_WRITER};
+use wasmkeep_sim::truth::{ALARM_LATE, FAILED_WRITE_VISIBLE, LEASE_TRUTH, MOVE_UNDONE, ONE_WRITER};
 use wasmkeep_sim::{
     FaultConfig, OperatorConfig, SimConfig, SimReport, logs_from_env, repro_command, run,
     seeds_from_env,
@@ -103,6 +103,20 @@ fn planted_lease_from_reply_is_caught() {
         "planted_lease_from_reply_is_caught",
         &planted::LEASE_FROM_REPLY,
         LEASE_TRUTH,
+        config,
+    );
+}
+
+/// The server before ADR 0062: a record durable only after its writer's
+/// lease ran out is answered 503, and a new holder serves without fencing
+/// the log; the record stays, and a write answered as failed is visible.
+#[test]
+fn planted_late_record_answered_failed_is_caught() {
+    caught_within_bounded_seeds(
+        "LATE_RECORD_ANSWERED_FAILED",
+        "planted_late_record_answered_failed_is_caught",
+        &planted::LATE_RECORD_ANSWERED_FAILED,
+        FAILED_WRITE_VISIBLE,
         config,
     );
 }

@@ -85,7 +85,13 @@ impl OwnershipRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireOutcome {
     /// This node holds the actor; `etag` is needed to release it.
-    Acquired { etag: Etag },
+    /// `prior_hold`: the record it replaced named a holder (another node,
+    /// or this one: a hold that was never released), or it could not tell.
+    /// That holder may still have a log record in flight, so the actor's
+    /// log is fenced before the actor serves (ADR 0062). `false` only when
+    /// no record was there, or a released one: a holder releases only once
+    /// its log is settled.
+    Acquired { etag: Etag, prior_hold: bool },
     /// Another node holds it with a valid lease.
     HeldBy { node: NodeId },
 }
@@ -218,10 +224,20 @@ impl Ownership {
                 nonce: self.random.token_hex(8),
             })
         };
-        let (this, key_text) = (self, key.as_str());
+        // What the last decided write replaced: a hold, or nothing.
+        let prior_hold = AtomicBool::new(true);
+        let (this, key_text, prior) = (self, key.as_str(), &prior_hold);
         let mut decide = move |mine: OwnershipRecord, current| async move {
             let body = Bytes::from(mine.to_text());
-            Ok(match Fetched::of(key_text, current) {
+            let fetched = Fetched::of(key_text, current);
+            let held = match &fetched {
+                Fetched::Absent => false,
+                Fetched::Record(record, _) => record.held,
+                // Nobody valid wrote it, but nobody can say who holds.
+                Fetched::Unparseable => true,
+            };
+            prior.store(held, Ordering::Relaxed);
+            Ok(match fetched {
                 // A racing acquire that creates the record first makes this
                 // a conflict: its hold is judged in the next round.
                 Fetched::Absent | Fetched::Unparseable => Decision::Write(body),
@@ -256,7 +272,12 @@ impl Ownership {
                 .update_with(attempts_left, start, &mut prepare, &mut decide)
                 .await?;
             match updated {
-                Updated::Written(etag) => return Ok(AcquireOutcome::Acquired { etag }),
+                Updated::Written(etag) => {
+                    return Ok(AcquireOutcome::Acquired {
+                        etag,
+                        prior_hold: prior_hold.load(Ordering::Relaxed),
+                    });
+                }
                 Updated::Left(node) => return Ok(AcquireOutcome::HeldBy { node }),
                 Updated::Unknown {
                     attempts, bytes, ..
@@ -271,7 +292,11 @@ impl Ownership {
                     if let Some((record, etag)) = self.read(actor).await?
                         && Some(record.nonce) == nonce
                     {
-                        return Ok(AcquireOutcome::Acquired { etag });
+                        // What the write replaced is not known.
+                        return Ok(AcquireOutcome::Acquired {
+                            etag,
+                            prior_hold: true,
+                        });
                     }
                     attempts_left -= attempts;
                     start = Start::Read;
@@ -490,7 +515,7 @@ mod tests {
         /// Acquires `actor`, which the test expects to be free; its etag.
         async fn acquired(&self, actor: &ActorId) -> Etag {
             match self.ownership.acquire(actor).await.unwrap() {
-                AcquireOutcome::Acquired { etag } => etag,
+                AcquireOutcome::Acquired { etag, .. } => etag,
                 other => panic!("{} did not acquire: {other:?}", self.ownership.node()),
             }
         }
@@ -520,7 +545,10 @@ mod tests {
         let (a, b) = Node::two_beating(bucket.clone()).await;
         assert!(matches!(
             a.ownership.acquire(&actor()).await.unwrap(),
-            AcquireOutcome::Acquired { .. }
+            AcquireOutcome::Acquired {
+                prior_hold: false,
+                ..
+            }
         ));
         assert_eq!(
             b.ownership.acquire(&actor()).await.unwrap(),
@@ -534,9 +562,13 @@ mod tests {
             b.beat().await;
         }
         assert!(!a.lease.is_valid());
+        // Taken over: a may still have a log record in flight.
         assert!(matches!(
             b.ownership.acquire(&actor()).await.unwrap(),
-            AcquireOutcome::Acquired { .. }
+            AcquireOutcome::Acquired {
+                prior_hold: true,
+                ..
+            }
         ));
         assert_eq!(
             b.ownership.holder(&actor()).await.unwrap(),
@@ -556,7 +588,19 @@ mod tests {
         assert_eq!(a.ownership.holder(&actor()).await.unwrap(), None);
         assert!(matches!(
             b.ownership.acquire(&actor()).await.unwrap(),
-            AcquireOutcome::Acquired { .. }
+            AcquireOutcome::Acquired {
+                prior_hold: false,
+                ..
+            }
+        ));
+        // A hold of its own that was never released: b may have a record
+        // in flight from before.
+        assert!(matches!(
+            b.ownership.acquire(&actor()).await.unwrap(),
+            AcquireOutcome::Acquired {
+                prior_hold: true,
+                ..
+            }
         ));
     }
 

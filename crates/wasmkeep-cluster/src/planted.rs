@@ -10,6 +10,7 @@ mod switches {
     pub static HIBERNATE_AFTER_RELEASE: AtomicBool = AtomicBool::new(false);
     pub static FORGET_ALARM_BEFORE_TAKE: AtomicBool = AtomicBool::new(false);
     pub static ERASE_FREES_NUMBERS: AtomicBool = AtomicBool::new(false);
+    pub static LATE_RECORD_ANSWERED_FAILED: AtomicBool = AtomicBool::new(false);
 
     pub fn get(flag: &AtomicBool) -> bool {
         flag.load(Ordering::Relaxed)
@@ -22,7 +23,8 @@ mod switches {
 
 #[cfg(feature = "planted-bugs")]
 pub use switches::{
-    ERASE_FREES_NUMBERS, FORGET_ALARM_BEFORE_TAKE, HIBERNATE_AFTER_RELEASE, LEASE_FROM_REPLY, set,
+    ERASE_FREES_NUMBERS, FORGET_ALARM_BEFORE_TAKE, HIBERNATE_AFTER_RELEASE,
+    LATE_RECORD_ANSWERED_FAILED, LEASE_FROM_REPLY, set,
 };
 
 /// Bug: the owner counts its lease from the renewal's reply, not its request.
@@ -68,6 +70,20 @@ pub fn erase_frees_numbers() -> bool {
     #[cfg(feature = "planted-bugs")]
     {
         switches::get(&switches::ERASE_FREES_NUMBERS)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
+    }
+}
+
+/// Bug (the server before ADR 0062): a new holder serves without fencing
+/// the log, and a record that became durable after its writer's lease ran
+/// out is answered 503 (it stays in the log all the same).
+pub fn late_record_answered_failed() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        switches::get(&switches::LATE_RECORD_ANSWERED_FAILED)
     }
     #[cfg(not(feature = "planted-bugs"))]
     {

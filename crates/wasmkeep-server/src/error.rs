@@ -39,6 +39,13 @@ pub enum Error {
     /// The request cannot be served now; the client should retry after the delay.
     #[error("unavailable: {reason}")]
     Unavailable { reason: String, retry_after_s: u32 },
+    /// The event may or may not have taken effect: its log record's write
+    /// did not settle, or the node that ran it stopped answering after the
+    /// request reached it. Unlike every 503, which says nothing was
+    /// applied, a client must read before it retries a change that is not
+    /// idempotent (ADR 0062).
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
     /// A draining node no longer holds the actor and cannot forward a
     /// forwarded request again: nothing ran here, and the sender may claim
     /// the actor and run the request itself (ADR 0014).
@@ -121,6 +128,7 @@ impl Error {
             Error::BodyTooLarge { .. } => 413,
             Error::BodyStalled { .. } => 408,
             Error::Call(_) => 508,
+            Error::OutcomeUnknown(_) => 504,
             Error::Guest(_) | Error::EventRefused(_) => 500,
             Error::Unavailable { .. }
             | Error::Bucket(_)
@@ -152,6 +160,7 @@ impl Error {
             | Error::HeldElsewhere { .. }
             | Error::Cluster(_) => "unavailable",
             Error::Released { .. } => "released",
+            Error::OutcomeUnknown(_) => "outcome_unknown",
             Error::Moved { .. } => "moved",
             Error::Call(_) => "call_refused",
             Error::Component(_) => "component_refused",
@@ -214,5 +223,8 @@ mod tests {
         assert_eq!(Error::Unauthorized("x".into()).code(), "unauthorized");
         assert_eq!(Error::Guest("trap".into()).status(), 500);
         assert_eq!(Error::Guest("trap".into()).retry_after_s(), None);
+        let unknown = Error::OutcomeUnknown("the record did not settle".into());
+        assert_eq!((unknown.status(), unknown.code()), (504, "outcome_unknown"));
+        assert_eq!(unknown.retry_after_s(), None);
     }
 }

@@ -308,7 +308,8 @@ impl Node {
                             response,
                             ran_on: None,
                         }),
-                        Err(_) => Err(Error::unavailable(format!(
+                        // It may have run, and its record may land.
+                        Err(_) => Err(Error::OutcomeUnknown(format!(
                             "actor {actor} stopped before answering"
                         ))),
                     };

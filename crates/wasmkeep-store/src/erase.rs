@@ -52,7 +52,7 @@ pub async fn erase(
                     seq,
                 });
             }
-            Err(FailureKind::Broken(reason)) => {
+            Err(FailureKind::Broken(reason) | FailureKind::Unsettled(reason)) => {
                 return Err(Error::Broken {
                     actor: actor.clone(),
                     seq,

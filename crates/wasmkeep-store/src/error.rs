@@ -22,6 +22,18 @@ pub enum Error {
         seq: u64,
         reason: String,
     },
+    /// Writing a record failed and whether it was written is unknown: an
+    /// attempt whose reply was lost may still land. The store is unusable
+    /// as for `Broken`; the events the record carries have an unknown
+    /// outcome (the next holder's fence settles it: ADR 0062).
+    #[error(
+        "actor {actor}: whether log record {seq} was written is unknown ({reason}); the store must be reopened"
+    )]
+    Unsettled {
+        actor: ActorId,
+        seq: u64,
+        reason: String,
+    },
     /// One event wrote more than one log record may hold.
     #[error(
         "the event changed {bytes} bytes of the database, more than record_bytes_max ({limit}); its writes were discarded"

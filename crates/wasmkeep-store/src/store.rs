@@ -64,8 +64,13 @@ struct Pending {
 
 #[derive(Debug, Clone)]
 pub(crate) enum FailureKind {
+    /// Another writer's record holds the number: ours never will.
     Fenced,
+    /// Not written, and no attempt of it can still apply.
     Broken(String),
+    /// Not known to be written: an attempt whose reply was lost may still
+    /// apply (or may have, unseen by the read-back).
+    Unsettled(String),
 }
 
 #[derive(Debug, Clone)]
@@ -112,16 +117,30 @@ struct Shared {
 }
 
 impl Shared {
-    fn error_for(&self, f: &Failure) -> Error {
+    /// The error of an event whose writes went into record `target` (or
+    /// that read what record `target` holds), after record `f.seq` failed.
+    /// Only the record whose own outcome is unknown answers `Unsettled`: a
+    /// later one was never written.
+    fn error_for(&self, f: &Failure, target: u64) -> Error {
         match &f.kind {
             FailureKind::Fenced => Error::Fenced {
                 actor: self.actor.clone(),
                 seq: f.seq,
             },
-            FailureKind::Broken(reason) => Error::Broken {
+            FailureKind::Unsettled(reason) if f.seq == target => Error::Unsettled {
                 actor: self.actor.clone(),
                 seq: f.seq,
                 reason: reason.clone(),
+            },
+            FailureKind::Broken(reason) if f.seq == target => Error::Broken {
+                actor: self.actor.clone(),
+                seq: f.seq,
+                reason: reason.clone(),
+            },
+            FailureKind::Broken(reason) | FailureKind::Unsettled(reason) => Error::Broken {
+                actor: self.actor.clone(),
+                seq: target,
+                reason: format!("record {} before it failed: {reason}", f.seq),
             },
         }
     }
@@ -163,7 +182,7 @@ impl OutputGate {
                         if let Some(f) = &p.failure
                             && f.seq <= target
                         {
-                            return Err(shared.error_for(f));
+                            return Err(shared.error_for(f, target));
                         }
                     }
                     if rx.changed().await.is_err() {

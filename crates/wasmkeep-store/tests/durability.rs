@@ -355,6 +355,83 @@ async fn the_second_writer_is_fenced_and_none_of_its_writes_survive() {
     );
 }
 
+/// A former holder's record in flight while a new holder opens the actor
+/// (ADR 0062): the new holder fences the log before it answers, so the
+/// record either lands first, and the fence makes the new holder restore
+/// it, or never lands. No answer of the new holder misses a record that
+/// is in the log, and a record refused is never read by anyone.
+#[tokio::test]
+async fn a_fenced_open_either_reads_a_late_record_or_keeps_it_out() {
+    for late_lands_first in [false, true] {
+        let bucket = Probe::new();
+        let a = actor(if late_lands_first {
+            "late-in"
+        } else {
+            "late-out"
+        });
+        let mut former = open(&bucket, &a, "n1").await;
+        event(&mut former, &["CREATE TABLE t (who TEXT)"])
+            .await
+            .unwrap();
+        // The former holder's next record reaches the bucket and hangs
+        // there (a paused process, a slow request).
+        bucket.hold_log_puts();
+        let late = event(&mut former, &["INSERT INTO t VALUES ('late')"]);
+        let late = tokio::spawn(late);
+        bucket.log_puts_entered(2).await;
+
+        let other = bucket.client(1);
+        let mut next = open(&other, &a, "n2").await;
+        if late_lands_first {
+            // It lands after the restore, before the fence is written.
+            bucket.release();
+            late.await.unwrap().expect("the late record lands");
+            next.fence_log();
+            // The read that missed the record is not answered: the fence
+            // fails, and the store must be reopened.
+            assert_eq!(int(&mut next, "SELECT count(*) FROM t"), 0);
+            let gate = next.commit_event().expect("commit");
+            assert!(matches!(gate.await, Err(Error::Fenced { .. })));
+            let mut again = open(&other, &a, "n2").await;
+            again.fence_log();
+            assert_eq!(int(&mut again, "SELECT count(*) FROM t"), 1);
+            again.commit_event().expect("commit").await.unwrap();
+            event(&mut again, &["INSERT INTO t VALUES ('next')"])
+                .await
+                .unwrap();
+        } else {
+            next.fence_log();
+            // Even a read waits for the fence.
+            assert_eq!(int(&mut next, "SELECT count(*) FROM t"), 0);
+            let gate = next.commit_event().expect("commit");
+            assert!(!gate.is_open());
+            gate.await.expect("the fence lands first");
+            bucket.release();
+            let refused = late.await.unwrap();
+            assert!(matches!(refused, Err(Error::Fenced { .. })), "{refused:?}");
+            event(&mut next, &["INSERT INTO t VALUES ('next')"])
+                .await
+                .unwrap();
+        }
+        let mut reader = open(&bucket, &a, "n3").await;
+        let rows = reader
+            .query("SELECT who FROM t ORDER BY rowid", &[])
+            .unwrap();
+        let expected: Vec<Vec<SqlValue>> = if late_lands_first {
+            vec![
+                vec![SqlValue::Text("late".into())],
+                vec![SqlValue::Text("next".into())],
+            ]
+        } else {
+            vec![vec![SqlValue::Text("next".into())]]
+        };
+        assert_eq!(
+            rows.rows, expected,
+            "late record landed first: {late_lands_first}"
+        );
+    }
+}
+
 /// `wasmkeep actor delete`: the erased log keeps its sequence numbers
 /// taken, so a former holder still running is fenced at its next record
 /// (a freed number would have let it land and be restored into the

@@ -104,6 +104,10 @@ impl PeerClient {
             })?;
         match tokio::time::timeout(call.timeout, self.http.request(request)).await {
             Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) if e.is_connect() => Err(Error::Connect {
+                url: uri,
+                reason: format!("{e:#}"),
+            }),
             Ok(Err(e)) => Err(Error::Call {
                 url: uri,
                 reason: format!("{e:#}"),

@@ -17,10 +17,22 @@ pub enum Error {
     Tls(String),
     #[error("invalid peer URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
+    /// No connection to the peer: the call was not sent.
+    #[error("peer call to {url} could not connect: {reason}")]
+    Connect { url: String, reason: String },
+    /// The call failed once sent, or while sending: it may have arrived.
     #[error("peer call to {url} failed: {reason}")]
     Call { url: String, reason: String },
     #[error("peer call to {url} timed out after {timeout_ms} ms")]
     Timeout { url: String, timeout_ms: u128 },
+}
+
+impl Error {
+    /// Whether the call may have reached the peer (and run there): false
+    /// only when it was never sent.
+    pub fn may_have_arrived(&self) -> bool {
+        matches!(self, Error::Call { .. } | Error::Timeout { .. })
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -29,6 +29,10 @@ use crate::{Error, Result};
 /// A finished event waiting for its output gate.
 struct Delivery {
     gate: OutputGate,
+    /// The event wrote nothing and read only durable data: nothing of it
+    /// waits for a record, so its answer says only what the data was when
+    /// it ran.
+    read_durable: bool,
     reply: Option<(Reply, Response)>,
     sends: Vec<(u64, Outgoing)>,
     started: Instant,
@@ -127,8 +131,8 @@ pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver
 async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
     let actor = &stub.id;
     let component = node.classes.get(&actor.class)?;
-    let hold = match node.peering.ownership.acquire(actor).await {
-        Ok(AcquireOutcome::Acquired { etag }) => etag,
+    let (hold, prior_hold) = match node.peering.ownership.acquire(actor).await {
+        Ok(AcquireOutcome::Acquired { etag, prior_hold }) => (etag, prior_hold),
         Ok(AcquireOutcome::HeldBy { node: other }) => {
             // No hint for a draining holder: it is about to release, and a
             // hint would send events back to it for a second after that,
@@ -168,13 +172,19 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
         node.residents.store_config.clone(),
     )
     .await;
-    let store = match opened {
+    let mut store = match opened {
         Ok(store) => store,
         Err(e) => {
             release_hold(node, actor, &hold).await;
             return Err(Error::Store(e.to_string()));
         }
     };
+    // The holder before may still have a record in flight: no answer
+    // leaves before the log is fenced against it (ADR 0062).
+    if prior_hold && !planted::late_record_answered_failed() {
+        store.fence_log();
+        node.metrics.log_fences.fetch_add(1, Ordering::Relaxed);
+    }
     let alarm = store.alarm();
     let host = NodeHost::new(
         Arc::clone(node),
@@ -271,23 +281,38 @@ async fn deliverer(
 /// Sends an event's response and socket messages once its gate opened
 /// (`durable`), or fails them and drops the actor.
 fn deliver(node: &Node, stub: &Stub, delivery: Delivery, durable: wasmkeep_store::Result<()>) {
-    // A record that became durable only after this node's lease ran out
-    // may have landed after another node took the actor over and
-    // restored it without that record (the store fences a late record
-    // only at the new owner's next write): it is not acknowledged, and
-    // the actor is dropped. (Found by the simulation, seeds 4097 and
-    // 5019 of move_under_concurrent_events_with_an_alarm_due: an
-    // acknowledged alarm the new owner never saw.)
+    // A record durable is in the log for good, and every later holder
+    // reads it before it answers anything: one that took the actor over
+    // fenced the log first, so the record landed before that fence
+    // (ADR 0062). So it is acknowledged even when it landed after this
+    // node's lease ran out; the actor is then dropped, as the lease's end
+    // drops every actor.
+    let lapsed = stub.is_fenced() || !node.peering.lease.is_valid();
     let durable = match durable {
-        Ok(()) if stub.is_fenced() || !node.peering.lease.is_valid() => {
-            Err("it became durable after this node's lease ran out".to_owned())
-        }
+        // A read of durable data after the lease ran out may miss a write
+        // a new holder made since: not answered (nothing was applied).
+        Ok(()) if lapsed && delivery.read_durable => Err(Error::unavailable(
+            "this node's lease ran out before the answer; it serves again once renewed",
+        )),
+        // The code before ADR 0062, planted: such a record was answered
+        // 503 and became a write all the same.
+        Ok(()) if lapsed && planted::late_record_answered_failed() => Err(Error::unavailable(
+            "the write was not acknowledged: it became durable after this node's lease ran out",
+        )),
         Ok(()) => Ok(()),
+        Err(e @ wasmkeep_store::Error::Unsettled { .. }) => {
+            node.metrics
+                .outcomes_unknown
+                .fetch_add(1, Ordering::Relaxed);
+            Err(Error::OutcomeUnknown(e.to_string()))
+        }
         Err(e) => {
             if matches!(e, wasmkeep_store::Error::Fenced { .. }) {
                 node.metrics.store_fenced.fetch_add(1, Ordering::Relaxed);
             }
-            Err(e.to_string())
+            Err(Error::unavailable(format!(
+                "the write was not acknowledged: {e}"
+            )))
         }
     };
     match durable {
@@ -305,13 +330,14 @@ fn deliver(node: &Node, stub: &Stub, delivery: Delivery, durable: wasmkeep_store
             if let Some((reply, response)) = delivery.reply {
                 let _ = reply.send(Ok(response));
             }
+            if lapsed {
+                stub.mark_broken();
+            }
         }
         Err(e) => {
             tracing::warn!(actor = %stub.id, error = %e, "output gate failed; dropping the actor");
             if let Some((reply, _)) = delivery.reply {
-                let _ = reply.send(Err(Error::unavailable(format!(
-                    "the write was not acknowledged: {e}"
-                ))));
+                let _ = reply.send(Err(e));
             }
             stub.mark_broken();
         }
@@ -493,6 +519,7 @@ async fn commit(
                 node.timer.follow(&stub.id, alarm_after);
             }
             let delivery = Delivery {
+                read_durable: gate.is_open(),
                 gate,
                 reply,
                 sends,
@@ -733,13 +760,21 @@ async fn hand_over(
     drop(delivery_tx);
     let _ = deliverer.await;
     let deleting = leave == Leave::Delete;
+    // Whether every record the store began is in the log or refused for
+    // good: only then is the ownership record released, so that the next
+    // holder, which finds no hold, need not fence the log (ADR 0062).
+    let mut settled = false;
     if deleting {
         // Nothing of the store may write after its data is deleted.
         unless_lapsed(node, host(&mut instance).store.close_in_place()).await;
-    } else if healthy
-        && let Some(Err(e)) = unless_lapsed(node, host(&mut instance).store.flush()).await
-    {
-        tracing::warn!(actor = %stub.id, error = %e, "flush at hand-over failed");
+    } else if healthy {
+        match unless_lapsed(node, host(&mut instance).store.flush()).await {
+            Some(Ok(())) => settled = true,
+            Some(Err(e)) => {
+                tracing::warn!(actor = %stub.id, error = %e, "flush at hand-over failed");
+            }
+            None => {}
+        }
     }
     // The committed alarm, read before the database closes.
     let alarm = host(&mut instance).store.alarm();
@@ -756,6 +791,8 @@ async fn hand_over(
             }
             None => false,
         };
+    // The erase fenced the log itself.
+    settled |= deleted;
     if deleted {
         // Before the release: a pass that lists the key from now on finds
         // the actor still held here, and leaves it be.
@@ -773,16 +810,25 @@ async fn hand_over(
     // The lease lapsed (before or during the hand-over): another node may
     // hold the actor by now, so the record is not touched (or its release
     // is abandoned); it names an incarnation that never renews.
+    let lapsed = "dropped without release: this node's lease lapsed";
     let release = if fenced || stub.is_fenced() {
+        tracing::warn!(actor = %stub.id, "{lapsed}");
+        None
+    } else if !settled {
+        // A record may still land: the hold stays, and whoever acquires
+        // the actor next (this node too) fences the log first. It goes
+        // with this node's lease, or at the actor's next activation here.
+        tracing::warn!(actor = %stub.id, "dropped without release: a log record of it may still land");
         None
     } else {
-        unless_lapsed(node, release_hold(node, &stub.id, &hold)).await
+        let release = unless_lapsed(node, release_hold(node, &stub.id, &hold)).await;
+        if release.is_none() {
+            tracing::warn!(actor = %stub.id, "{lapsed}");
+        }
+        release
     };
     let returned = match release {
-        None => {
-            tracing::warn!(actor = %stub.id, "dropped without release: this node's lease lapsed");
-            LeaseReturn::Failed
-        }
+        None => LeaseReturn::Failed,
         Some(returned) => {
             if returned == LeaseReturn::Failed && node.peering.lease.is_valid() {
                 // The record names this node while it lives: given back at a

@@ -204,6 +204,10 @@ fn timed_out(e: &hyper::Error) -> bool {
     false
 }
 
+/// On a 504 whose event may or may not have taken effect: `unknown`
+/// (ADR 0062). Every other error answer applied nothing.
+pub const HEADER_OUTCOME: &str = "x-wasmkeep-outcome";
+
 /// Answers one request; never fails (errors become JSON responses).
 pub async fn handle(node: Arc<Node>, req: hyper::Request<Incoming>) -> HttpResponse {
     let mut response = match dispatch(&node, req).await {
@@ -230,6 +234,9 @@ pub fn error_response(error: &Error) -> HttpResponse {
     if matches!(error, Error::Released { .. }) {
         // Only node code sets it: guests cannot set `x-wasmkeep-*` headers.
         builder = builder.header(forward::HEADER_RELEASED, "1");
+    }
+    if matches!(error, Error::OutcomeUnknown(_)) {
+        builder = builder.header(HEADER_OUTCOME, "unknown");
     }
     if let Error::MethodNotAllowed { allow, .. } = error {
         builder = builder.header(hyper::header::ALLOW, *allow);
@@ -737,6 +744,16 @@ mod tests {
                 .headers()
                 .contains_key(crate::peering::forward::HEADER_RELEASED)
         );
+    }
+
+    #[test]
+    fn an_unknown_outcome_answers_504_saying_so_and_asks_for_no_retry() {
+        let response = error_response(&Error::OutcomeUnknown("record 7 did not settle".into()));
+        assert_eq!(response.status(), 504);
+        assert_eq!(response.headers()[HEADER_OUTCOME], "unknown");
+        assert!(!response.headers().contains_key("retry-after"));
+        let failed = error_response(&Error::unavailable("busy"));
+        assert!(!failed.headers().contains_key(HEADER_OUTCOME));
     }
 
     #[test]

@@ -95,6 +95,11 @@ pub struct Metrics {
     /// 1 while a requested drain waits for an eligible peer.
     pub drain_blocked: AtomicI64,
     pub store_fenced: AtomicU64,
+    /// Activations that fenced the actor's log first: the ownership
+    /// record they replaced named a holder (ADR 0062).
+    pub log_fences: AtomicU64,
+    /// Answers whose outcome is unknown (504, ADR 0062).
+    pub outcomes_unknown: AtomicU64,
     /// Client connections closed for slowness: a request head not sent in
     /// time, or writes the client did not read (ADR 0050).
     pub connections_timed_out: AtomicU64,
@@ -148,7 +153,7 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 29] = [
+        let counters: [(&str, &str, u64); 31] = [
             (
                 "wasmkeep_forwarded_requests_total",
                 "Requests and calls forwarded to the node that holds the actor.",
@@ -198,6 +203,16 @@ impl Metrics {
                 "wasmkeep_store_fenced_total",
                 "Actor writes refused because another writer extended the log (fencing).",
                 load(&self.store_fenced),
+            ),
+            (
+                "wasmkeep_log_fences_total",
+                "Activations that fenced the actor's log before serving, after a holder that may still have had a record in flight.",
+                load(&self.log_fences),
+            ),
+            (
+                "wasmkeep_outcomes_unknown_total",
+                "Requests answered 504 outcome unknown: a log record that did not settle, or a peer that took the request and did not answer.",
+                load(&self.outcomes_unknown),
             ),
             (
                 "wasmkeep_connections_timed_out_total",

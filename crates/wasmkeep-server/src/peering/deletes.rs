@@ -85,7 +85,7 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
         actor,
         settled: false,
     };
-    let AcquireOutcome::Acquired { etag } = node.peering.ownership.acquire(actor).await? else {
+    let AcquireOutcome::Acquired { etag, .. } = node.peering.ownership.acquire(actor).await? else {
         // Its holder acts at its own pass.
         may_hold.settled = true;
         return Ok(());

@@ -366,7 +366,20 @@ pub async fn forward_request(
     let limit = node.config.limits.forward_response_bytes_max;
     let reply = match client.send(url, call, limit).await {
         Ok(reply) => reply,
-        Err(e) => return Err(peer_failed(node, actor, peer, &e)),
+        Err(e) => {
+            let failed = peer_failed(node, actor, peer, &e.reason);
+            if !e.may_have_arrived {
+                return Err(failed);
+            }
+            // It may have run there, and its record may be durable.
+            node.metrics
+                .outcomes_unknown
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Error::OutcomeUnknown(format!(
+                "node {peer}, which holds actor {actor}, may have run the request and did not answer: {}",
+                e.reason
+            )));
+        }
     };
     let status = reply.status;
     let mut ran_on = peer.to_string();
@@ -449,7 +462,7 @@ pub async fn hand_off_alarm(
             "node {peer} answered {} to an alarm hand-off for {actor}",
             reply.status
         ))),
-        Err(e) => Err(peer_failed(node, actor, peer, &e)),
+        Err(e) => Err(peer_failed(node, actor, peer, &e.reason)),
     }
 }
 

@@ -452,7 +452,7 @@ async fn send_take(
     const TAKE_ANSWER_BYTES_MAX: usize = 4096;
     let reply = match client.send(url, call, TAKE_ANSWER_BYTES_MAX).await {
         Ok(reply) => reply,
-        Err(e) => return Err(forward::peer_failed(node, actor, target, &e)),
+        Err(e) => return Err(forward::peer_failed(node, actor, target, &e.reason)),
     };
     let status = reply.status;
     let holder = reply

@@ -29,18 +29,53 @@ impl PeerReply {
     }
 }
 
+/// Why a node call got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallFailed {
+    pub reason: String,
+    /// The call may have reached the peer, and run there: its answer, not
+    /// its request, was lost, or its time ran out. `false` only for a call
+    /// that was never sent (no connection).
+    pub may_have_arrived: bool,
+}
+
+impl CallFailed {
+    /// A call that never left this node.
+    pub fn not_sent(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            may_have_arrived: false,
+        }
+    }
+
+    /// A call that may have reached the peer, whose answer did not come.
+    pub fn unanswered(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            may_have_arrived: true,
+        }
+    }
+}
+
+impl std::fmt::Display for CallFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
 /// Sends signed node calls.
 #[async_trait::async_trait]
 pub trait PeerTransport: Send + Sync + 'static {
     /// Signs `call` and sends it to the peer at `url`; reads at most
-    /// `body_bytes_max` bytes of the answer. `Err` says why no answer came
-    /// (the peer is then suspect for a while).
+    /// `body_bytes_max` bytes of the answer. `Err` says why no answer came,
+    /// and whether the call may have arrived (the peer is then suspect for
+    /// a while).
     async fn send(
         &self,
         url: &str,
         call: PeerCall,
         body_bytes_max: usize,
-    ) -> std::result::Result<PeerReply, String>;
+    ) -> std::result::Result<PeerReply, CallFailed>;
 }
 
 /// Node calls over HTTP(S), signed with the cluster key.
@@ -64,12 +99,11 @@ impl PeerTransport for HttpTransport {
         url: &str,
         call: PeerCall,
         body_bytes_max: usize,
-    ) -> std::result::Result<PeerReply, String> {
-        let response = self
-            .client
-            .send(url, call)
-            .await
-            .map_err(|e| e.to_string())?;
+    ) -> std::result::Result<PeerReply, CallFailed> {
+        let response = self.client.send(url, call).await.map_err(|e| CallFailed {
+            reason: e.to_string(),
+            may_have_arrived: e.may_have_arrived(),
+        })?;
         let status = response.status().as_u16();
         let headers = response
             .headers()
@@ -84,7 +118,7 @@ impl PeerTransport for HttpTransport {
         let body = Limited::new(response.into_body(), body_bytes_max)
             .collect()
             .await
-            .map_err(|e| format!("reading the response failed: {e}"))?
+            .map_err(|e| CallFailed::unanswered(format!("reading the response failed: {e}")))?
             .to_bytes();
         // Takes the buffer over when it is the only reference (no copy of a
         // forwarded answer of up to `forward_response_bytes_max`).

@@ -38,8 +38,9 @@ impl ActorStore {
                 reason: reason.clone(),
             });
         }
-        match &self.shared.state.lock().failure {
-            Some(f) => Err(self.shared.error_for(f)),
+        let st = self.shared.state.lock();
+        match &st.failure {
+            Some(f) => Err(self.shared.error_for(f, st.next_seq)),
             None => Ok(()),
         }
     }
@@ -339,6 +340,36 @@ impl ActorStore {
         } else {
             OutputGate::waiting(&self.shared, last)
         }
+    }
+
+    /// Fences the log before the store serves (ADR 0062): queues a record
+    /// that changes nothing at the next sequence number, so that every
+    /// event's output gate (readers' included) waits for it. Call right
+    /// after [`ActorStore::open`] when an earlier holder may still have a
+    /// record in flight (its process paused, or its last write's outcome
+    /// unknown). Either that record landed before the fence, and the fence
+    /// fails (the store is fenced: reopened, it restores the record), or
+    /// the fence holds its number and the record can never land. So no
+    /// answer leaves this store while a record it did not read could still
+    /// appear below it. Events committed before the fence is written join
+    /// its record (group commit).
+    pub fn fence_log(&mut self) {
+        let db_pages = self.file.lock().db_pages();
+        {
+            let mut st = self.shared.state.lock();
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            st.queue.push_back(Pending {
+                seq,
+                pages: BTreeMap::new(),
+                db_pages,
+                alarm_ms: self.committed_alarm,
+                image: None,
+                events: 0,
+            });
+        }
+        self.records_since_snapshot += 1;
+        self.shared.wake.notify_one();
     }
 
     /// Puts an event's changes into the newest queued record, or a new one:

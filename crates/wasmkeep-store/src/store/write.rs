@@ -15,7 +15,9 @@ use super::FailureKind;
 
 /// put-if-absent of a record whose body is unique to this writer, settled:
 /// `Ok` once our bytes are in the bucket under `key`; `Fenced` when other
-/// bytes are; `Broken` when the bucket would not tell within the retries.
+/// bytes are; `Broken` when no attempt applied and the bucket refused or
+/// failed past the retries; `Unsettled` when an attempt whose reply was
+/// lost may still apply (the bucket would not tell within the retries).
 /// `haste` picks the bucket request: whether a response waits for this
 /// write ([`Haste::Unhurried`] when none does), and whether its writer
 /// waits for nothing else ([`Haste::Alone`]).
@@ -31,6 +33,9 @@ pub(crate) async fn put_settled(
     let mut last_error: String;
     let started = tokio::time::Instant::now();
     let mut attempts = 0;
+    // An attempt whose reply was lost: it may apply later, whatever the
+    // read-back finds now.
+    let mut in_doubt = false;
     loop {
         attempts += 1;
         match record.create_with(body.clone(), haste).await {
@@ -47,19 +52,23 @@ pub(crate) async fn put_settled(
             }
             // Tried again: the next attempt's conflict, if it applied, is
             // read back.
-            Ok(Outcome::Unknown(e)) => last_error = e.to_string(),
+            Ok(Outcome::Unknown(e)) => {
+                in_doubt = true;
+                last_error = e.to_string();
+            }
             Err(e @ BucketError::Unavailable { .. }) => last_error = e.to_string(),
             // A put-if-absent answered "not found" breaks the bucket's
             // contract: the store breaks, naming it.
             Ok(Outcome::Gone) => {
-                return Err(FailureKind::Broken(
+                return Err(failed(
+                    in_doubt,
                     BucketError::NotFound {
                         key: key.to_owned(),
                     }
                     .to_string(),
                 ));
             }
-            Err(e) => return Err(FailureKind::Broken(e.to_string())),
+            Err(e) => return Err(failed(in_doubt, e.to_string())),
         }
         if !retry_allowed(attempts, started, config) {
             break;
@@ -71,17 +80,33 @@ pub(crate) async fn put_settled(
     match record.read().await {
         Ok(Some(current)) if current.value == body => Ok(()),
         Ok(Some(_)) => Err(FailureKind::Fenced),
-        Ok(None) => Err(FailureKind::Broken(format!(
-            "{attempts} {} failed (last: {last_error}); read-back: {}",
-            if attempts == 1 { "attempt" } else { "attempts" },
-            BucketError::NotFound {
-                key: key.to_owned()
-            }
-        ))),
-        Err(e) => Err(FailureKind::Broken(format!(
-            "{attempts} {} failed (last: {last_error}); read-back: {e}",
-            if attempts == 1 { "attempt" } else { "attempts" }
-        ))),
+        Ok(None) => Err(failed(
+            in_doubt,
+            format!(
+                "{attempts} {} failed (last: {last_error}); read-back: {}",
+                if attempts == 1 { "attempt" } else { "attempts" },
+                BucketError::NotFound {
+                    key: key.to_owned()
+                }
+            ),
+        )),
+        Err(e) => Err(failed(
+            in_doubt,
+            format!(
+                "{attempts} {} failed (last: {last_error}); read-back: {e}",
+                if attempts == 1 { "attempt" } else { "attempts" }
+            ),
+        )),
+    }
+}
+
+/// How a put that did not settle as ours failed: `Unsettled` when an
+/// attempt may still apply, else `Broken`.
+fn failed(in_doubt: bool, reason: String) -> FailureKind {
+    if in_doubt {
+        FailureKind::Unsettled(reason)
+    } else {
+        FailureKind::Broken(reason)
     }
 }
 
@@ -224,6 +249,19 @@ mod tests {
         bucket.inner.faults().push(Fault::Unavailable);
         bucket.inner.faults().push(Fault::ReplyLost);
         assert!(put("a/9", Haste::Hurried, attempts(2)).await.is_ok());
+        // A lost reply (the write applied), then the bucket fails, the
+        // read-back too: the record may be there, or land: unsettled.
+        bucket.inner.faults().push(Fault::ReplyLost);
+        bucket.inner.faults().push(Fault::Unavailable);
+        bucket.meddle(Some(Box::new(|op, _| {
+            (op == "get").then_some(Meddling::Unavailable)
+        })));
+        let unsettled = put("a/10", Haste::Hurried, attempts(2)).await;
+        assert!(
+            matches!(&unsettled, Err(FailureKind::Unsettled(_))),
+            "{unsettled:?}"
+        );
+        bucket.meddle(None);
         assert_eq!(
             bucket.take(),
             [
@@ -248,6 +286,9 @@ mod tests {
                 "put_if_absent a/9 #7e3ebd7e -> unavailable",
                 "put_if_absent a/9 #7e3ebd7e -> unknown",
                 "get a/9 -> ok",
+                "put_if_absent a/10 #7e3ebd7e -> unknown",
+                "put_if_absent a/10 #7e3ebd7e -> unavailable",
+                "get a/10 -> unavailable",
             ]
         );
     }
