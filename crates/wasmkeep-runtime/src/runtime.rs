@@ -26,8 +26,11 @@ use crate::stdio::{GuestOutput, StderrTail, Stream};
 /// workspace); part of the precompiled-cache file names.
 const WASMTIME_VERSION: &str = "48.0.8";
 /// How often the ticker thread advances the engine's epoch. A running guest
-/// checks its deadline (and yields to tokio) once per tick.
-pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// checks its deadline (and yields to tokio) once per tick: the longest a
+/// guest that computes keeps an async worker from the node's other tasks
+/// (10 ms made every hop of a request wait that long behind a spinning
+/// guest: ADR 0063).
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
 /// Core instances one component may contain (a Rust guest has a handful; a
 /// componentize-js guest needs more).
 const CORE_INSTANCES_PER_COMPONENT_MAX: u32 = 50;

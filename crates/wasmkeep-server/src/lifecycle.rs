@@ -72,7 +72,11 @@ impl Node {
         let secrets = Secrets::load(&*bucket, &keys, config.secrets_identity.as_deref()).await?;
         let node = Arc::new(Self {
             node_id: config.node_id.clone(),
-            residents: Residents::new(config.actors_max, Arc::clone(&metrics)),
+            residents: Residents::new(
+                config.actors_max,
+                config.limits.event_time_max,
+                Arc::clone(&metrics),
+            ),
             classes: Classes::new(guest, config.classes.clone()),
             timer: AlarmTimer::new(Arc::clone(&clock)),
             front: Front::new(&config),

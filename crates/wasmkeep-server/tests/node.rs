@@ -1455,3 +1455,208 @@ async fn a_text_message_that_is_not_utf8_closes_the_socket_with_1007() {
     .unwrap();
     assert_eq!(value, "1");
 }
+
+/// One kind of hostile event: four actors run it at once (more than the
+/// node has async workers).
+struct Hostile {
+    what: &'static str,
+    class: &'static str,
+    path: &'static str,
+    body: &'static str,
+    /// A statement run first on each actor.
+    setup: Option<&'static str>,
+    /// What the error answer says (a statement stopped at its time, or
+    /// its event: a statement may run as long as its event).
+    says: &'static str,
+    /// It runs until its time is up (else it fails at once).
+    long: bool,
+}
+
+const CTE: &str = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)";
+
+/// Guests that run the worst statements a tenant can write, loop forever
+/// or allocate to their limit (issue 52, ADR 0063): while four actors run
+/// each at once, another actor keeps answering and the node keeps renewing
+/// its lease (2 s, renewed every 250 ms: a node whose async workers were
+/// held for the 3 s a statement may run would lose it); each ends with a
+/// clear error to its caller, and every actor works afterwards.
+#[test]
+fn hostile_guests_leave_other_actors_and_the_lease_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let guests: Vec<String> = [
+        ("counter", "counter"),
+        ("ks", "kitchen-sink"),
+        ("spin", "spin"),
+        ("hog", "hog"),
+    ]
+    .iter()
+    .map(|(class, g)| format!("{class}={}", guest(g).display()))
+    .collect();
+    let mut args: Vec<&str> = guests.iter().map(String::as_str).collect();
+    args.extend([
+        "--event-time-max",
+        "3s",
+        "--heartbeat",
+        "250ms",
+        "--lease-ttl",
+        "2s",
+    ]);
+    let server = dev(dir.path(), &args);
+    let recursive = format!("{CTE} SELECT count(*) FROM c");
+    let cross = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 1000000) \
+                 SELECT count(*) FROM c AS a, c AS b";
+    let write = format!("INSERT INTO w (x) {CTE} SELECT count(*) FROM c");
+    let huge = format!("{CTE} SELECT length(group_concat(zeroblob(1000000))) FROM c");
+    let big = "CREATE TABLE big AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 200000) \
+               SELECT x, zeroblob(1000) AS pad FROM c";
+    let kinds = [
+        Hostile {
+            what: "an unbounded recursive query",
+            class: "ks",
+            path: "/sql/run?rows=1",
+            body: Box::leak(recursive.into_boxed_str()),
+            setup: None,
+            says: "ran longer than",
+            long: true,
+        },
+        Hostile {
+            what: "a cross join of a million rows with itself",
+            class: "ks",
+            path: "/sql/run?rows=1",
+            body: cross,
+            setup: None,
+            says: "ran longer than",
+            long: true,
+        },
+        Hostile {
+            what: "a write that loops",
+            class: "ks",
+            path: "/sql/run",
+            body: Box::leak(write.into_boxed_str()),
+            setup: Some("CREATE TABLE IF NOT EXISTS w (x)"),
+            says: "ran longer than",
+            long: true,
+        },
+        Hostile {
+            what: "a value that grows without end",
+            class: "ks",
+            path: "/sql/run?rows=1",
+            body: Box::leak(huge.into_boxed_str()),
+            setup: None,
+            says: "statement_memory_max",
+            long: false,
+        },
+        Hostile {
+            what: "a table of 200 MB made by one statement",
+            class: "ks",
+            path: "/sql/run",
+            body: big,
+            setup: None,
+            says: "record_bytes_max",
+            long: false,
+        },
+        Hostile {
+            what: "a guest that loops forever",
+            class: "spin",
+            path: "/spin",
+            body: "",
+            setup: None,
+            says: "guest_failed",
+            long: true,
+        },
+        Hostile {
+            what: "a guest that allocates to its limit",
+            class: "hog",
+            path: "/hog",
+            body: "",
+            setup: None,
+            says: "guest_failed",
+            long: false,
+        },
+    ];
+    let mut increments = 0;
+    for (k, kind) in kinds.iter().enumerate() {
+        let actors: Vec<String> = (0..4)
+            .map(|i| format!("/demo/{}/h{k}-{i}", kind.class))
+            .collect();
+        if let Some(setup) = kind.setup {
+            for actor in &actors {
+                let done = request(
+                    &server.addr,
+                    "POST",
+                    &format!("{actor}/sql/run"),
+                    &[],
+                    setup.as_bytes(),
+                );
+                assert_eq!(done.status, 200, "{}: {}", kind.what, done.text());
+            }
+        }
+        let events_before = server.metric("wasmkeep_events_total");
+        let running: Vec<_> = actors
+            .iter()
+            .map(|actor| {
+                let (addr, path, body) = (
+                    server.addr.clone(),
+                    format!("{actor}{}", kind.path),
+                    kind.body,
+                );
+                std::thread::spawn(move || request(&addr, "POST", &path, &[], body.as_bytes()))
+            })
+            .collect();
+        if kind.long {
+            server.wait_until("the hostile events start", |s| {
+                s.metric("wasmkeep_events_total") >= events_before + 4.0
+            });
+            let renewals = server.metric("wasmkeep_lease_renewals_total");
+            for _ in 0..20 {
+                increments += 1;
+                let r = server.req("POST", "/demo/counter/bystander/increment");
+                assert_eq!(
+                    (r.status, r.text()),
+                    (200, increments.to_string()),
+                    "{}",
+                    kind.what
+                );
+            }
+            server.wait_until("the lease is renewed four times", |s| {
+                s.metric("wasmkeep_lease_renewals_total") >= renewals + 4.0
+            });
+            if let Some(ended) = running
+                .iter()
+                .position(std::thread::JoinHandle::is_finished)
+            {
+                let ended = running.into_iter().nth(ended).unwrap().join().unwrap();
+                panic!(
+                    "{}: a hostile event ended before the others were served: {} {}\n{}",
+                    kind.what,
+                    ended.status,
+                    ended.text(),
+                    server.logs()
+                );
+            }
+        }
+        for t in running {
+            let r = t.join().unwrap();
+            assert_eq!(r.status, 500, "{}: {}", kind.what, r.text());
+            assert!(r.text().contains(kind.says), "{}: {}", kind.what, r.text());
+        }
+        increments += 1;
+        let r = server.req("POST", "/demo/counter/bystander/increment");
+        assert_eq!(
+            (r.status, r.text()),
+            (200, increments.to_string()),
+            "{}",
+            kind.what
+        );
+        for actor in &actors {
+            let (path, body) = match kind.class {
+                "ks" => (format!("{actor}/sql/run?rows=1"), "SELECT 1"),
+                _ => (format!("{actor}/count"), ""),
+            };
+            let r = request(&server.addr, "POST", &path, &[], body.as_bytes());
+            assert_eq!(r.status, 200, "{} then: {}", kind.what, r.text());
+        }
+    }
+    assert_eq!(server.metric("wasmkeep_lease_renewal_failures_total"), 0.0);
+    assert!(server.metric("wasmkeep_sql_statements_off_worker_total") >= 12.0);
+}

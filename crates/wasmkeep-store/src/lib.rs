@@ -17,13 +17,14 @@
 //! `record` (the bytes of records and snapshots), `restore` (reading them
 //! back), `sql` (guest SQL values and the authorizer), `conn` (a
 //! connection with the store's own prepared statements), `alloc` (SQLite's
-//! memory from Rust's allocator), `store` (the [`ActorStore`] and its
-//! flusher).
+//! memory from Rust's allocator), `heavy` (which guest statements run off
+//! the async workers), `store` (the [`ActorStore`] and its flusher).
 
 mod alloc;
 mod conn;
 mod erase;
 mod error;
+mod heavy;
 mod page;
 mod record;
 mod restore;
@@ -35,6 +36,7 @@ use std::time::Duration;
 
 pub use erase::erase;
 pub use error::{Error, Result};
+pub use heavy::{INLINE_SLICE, heavy_max, statements_off_worker_total};
 pub use record::FORMAT_VERSION;
 pub use sql::{SqlError, SqlParam, SqlRows, SqlValue};
 pub use store::{ActorStore, OutputGate};

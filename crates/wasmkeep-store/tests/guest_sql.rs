@@ -393,3 +393,59 @@ async fn a_deferred_foreign_key_violation_fails_the_commit_and_keeps_nothing() {
     assert_eq!(int(&mut s, "SELECT count(*) FROM child"), 1);
     s.commit_event().unwrap().await.unwrap();
 }
+
+/// On a runtime with one async worker, a heavy read (past its inline
+/// slice) and a write that can loop run off that worker (ADR 0063): a task
+/// that only ever yields keeps running while each statement holds its
+/// thread, and each statement's answer is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn heavy_statements_run_off_the_async_worker_and_other_tasks_go_on() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let bucket = Probe::new();
+    let a = actor("heavy");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)"]).await.unwrap();
+    let ticks = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticker = tokio::spawn({
+        let (ticks, stop) = (Arc::clone(&ticks), Arc::clone(&stop));
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                ticks.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    let off_before = wasmkeep_store::statements_off_worker_total();
+    let counted = Arc::clone(&ticks);
+    let (read, read_ticks, written, write_ticks) = tokio::spawn(async move {
+        let cte = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 1000000)";
+        let before = counted.load(Ordering::Relaxed);
+        let read = int(&mut s, &format!("{cte} SELECT count(*) FROM c"));
+        let read_ticks = counted.load(Ordering::Relaxed) - before;
+        let before = counted.load(Ordering::Relaxed);
+        let written = s
+            .execute(
+                &format!("INSERT INTO t (x) {cte} SELECT count(*) FROM c"),
+                &[],
+            )
+            .expect("the insert runs");
+        let write_ticks = counted.load(Ordering::Relaxed) - before;
+        s.commit_event().expect("commit").await.expect("durable");
+        let stored = int(&mut s, "SELECT x FROM t");
+        (read, read_ticks, (written, stored), write_ticks)
+    })
+    .await
+    .expect("the statements' task ends");
+    stop.store(true, Ordering::Relaxed);
+    ticker.await.expect("the ticker ends");
+    assert_eq!((read, written), (1_000_000, (1, 1_000_000)));
+    assert!(read_ticks > 0, "the worker was held by the read");
+    assert!(write_ticks > 0, "the worker was held by the write");
+    assert_eq!(
+        wasmkeep_store::statements_off_worker_total() - off_before,
+        2
+    );
+}

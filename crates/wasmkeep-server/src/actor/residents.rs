@@ -168,13 +168,19 @@ pub struct Residents {
 }
 
 impl Residents {
-    pub(crate) fn new(actors_max: usize, metrics: Arc<Metrics>) -> Self {
+    /// `event_time_max` also bounds one statement: no statement outlasts
+    /// the event that runs it.
+    pub(crate) fn new(actors_max: usize, event_time_max: Duration, metrics: Arc<Metrics>) -> Self {
+        let defaults = StoreConfig::default();
         Self {
             map: Mutex::new(ActorMap::default()),
             changed: Notify::new(),
             actors_max,
             metrics,
-            store_config: StoreConfig::default(),
+            store_config: StoreConfig {
+                statement_time_max: defaults.statement_time_max.min(event_time_max),
+                ..defaults
+            },
         }
     }
 

@@ -153,7 +153,7 @@ impl Metrics {
                 "wasmkeep_http_requests_total{{status=\"{status}\"}} {n}"
             );
         }
-        let counters: [(&str, &str, u64); 31] = [
+        let counters: [(&str, &str, u64); 32] = [
             (
                 "wasmkeep_forwarded_requests_total",
                 "Requests and calls forwarded to the node that holds the actor.",
@@ -203,6 +203,11 @@ impl Metrics {
                 "wasmkeep_store_fenced_total",
                 "Actor writes refused because another writer extended the log (fencing).",
                 load(&self.store_fenced),
+            ),
+            (
+                "wasmkeep_sql_statements_off_worker_total",
+                "Guest SQL statements run off the async workers: writes that can loop, and reads past their inline slice (ADR 0063).",
+                wasmkeep_store::statements_off_worker_total(),
             ),
             (
                 "wasmkeep_log_fences_total",

@@ -7,10 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rusqlite::{Connection, params_from_iter};
+use rusqlite::{CachedStatement, Connection, params_from_iter};
 
 use crate::alloc::StatementBudget;
 use crate::conn::Conn;
+use crate::heavy;
 use crate::record;
 use crate::sql::{self, SqlError, SqlRows, SqlValue};
 use crate::vfs::{Changes, PAGE_BYTES, zero_page};
@@ -57,9 +58,13 @@ impl ActorStore {
         Ok(())
     }
 
+    /// Runs one guest statement (`sql`, prepared by `run`) under the
+    /// authorizer, its time and memory caps, inline or off the async
+    /// workers as [`crate::heavy`] decides.
     fn guest_call<T>(
         &mut self,
-        run: impl FnOnce(&Connection, usize) -> rusqlite::Result<T>,
+        sql: &str,
+        mut run: impl FnMut(&Connection, &mut CachedStatement<'_>, usize) -> rusqlite::Result<T>,
     ) -> Result<T, SqlError> {
         if !self.in_event {
             self.begin_event()
@@ -71,19 +76,50 @@ impl ActorStore {
                 "the event's transaction was rolled back earlier: {reason}"
             )));
         }
-        *self.deadline.lock() = Some(Instant::now() + self.shared.config.statement_time_max);
-        self.guard.set_guest(true);
         let Some(conn) = self.conn.as_ref() else {
-            self.guard.set_guest(false);
-            *self.deadline.lock() = None;
             return Err(SqlError::new("internal: an event without a connection"));
         };
-        let budget = StatementBudget::start(self.shared.config.statement_memory_max);
-        let result = run(conn, self.shared.config.query_bytes_max);
-        let over_budget = budget.exceeded();
-        drop(budget);
+        let config = &self.shared.config;
+        let started = Instant::now();
+        let deadline = started + config.statement_time_max;
+        self.guard.set_guest(true);
+        // Prepared (and authorized) first: its kind decides where it runs.
+        let (result, over_budget) = match conn.prepare_cached(sql) {
+            Err(e) => (Err(e), false),
+            Ok(mut stmt) => {
+                let readonly = stmt.readonly();
+                let mut attempt = |until: Instant| {
+                    *self.deadline.lock() = Some(until);
+                    let budget = StatementBudget::start(config.statement_memory_max);
+                    let result = run(conn, &mut stmt, config.query_bytes_max);
+                    let over_budget = budget.exceeded();
+                    *self.deadline.lock() = None;
+                    (result, over_budget)
+                };
+                let tenant = self.shared.actor.tenant.as_str();
+                if readonly {
+                    let slice = (started + heavy::INLINE_SLICE).min(deadline);
+                    let (result, over_budget) = attempt(slice);
+                    if slice < deadline && is_interrupt(&result) {
+                        // A read leaves the transaction as it was: run
+                        // again, off the workers, for the rest of its time.
+                        heavy::off_worker(tenant, || attempt(deadline))
+                    } else {
+                        (result, over_budget)
+                    }
+                } else {
+                    self.guard.set_guest(false);
+                    let bounded = heavy::is_bounded(conn, sql);
+                    self.guard.set_guest(true);
+                    if bounded {
+                        attempt(deadline)
+                    } else {
+                        heavy::off_worker(tenant, || attempt(deadline))
+                    }
+                }
+            }
+        };
         self.guard.set_guest(false);
-        *self.deadline.lock() = None;
         let result = result.map_err(|e| {
             let mut e = sql::guest_error(e, &self.guard);
             if e.message == "interrupted" {
@@ -120,8 +156,7 @@ impl ActorStore {
     /// 0 for other kinds.
     pub fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, SqlError> {
         check_statement_text(sql)?;
-        self.guest_call(|conn, _| {
-            let mut stmt = conn.prepare_cached(sql)?;
+        self.guest_call(sql, |conn, stmt, _| {
             // Refused before it runs: SQLite makes a `RETURNING` statement's
             // writes at its first step, and refusing it after that step
             // reported an error for a write that was made.
@@ -145,8 +180,7 @@ impl ActorStore {
     pub fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, SqlError> {
         check_statement_text(sql)?;
         let mut too_big = false;
-        let out = self.guest_call(|conn, bytes_max| {
-            let mut stmt = conn.prepare_cached(sql)?;
+        let out = self.guest_call(sql, |_, stmt, bytes_max| {
             let columns: Vec<String> = stmt.column_names().into_iter().map(str::to_owned).collect();
             let n = columns.len();
             let mut rows = stmt.query(params_from_iter(params.iter().map(sql::Param)))?;
@@ -510,6 +544,12 @@ impl ActorStore {
 }
 
 /// Refuses what is not one statement before SQLite sees it.
+/// Whether a statement ended because its deadline interrupted it.
+fn is_interrupt<T>(result: &rusqlite::Result<T>) -> bool {
+    matches!(result, Err(rusqlite::Error::SqliteFailure(e, _))
+        if e.code == rusqlite::ErrorCode::OperationInterrupted)
+}
+
 fn check_statement_text(sql: &str) -> Result<(), SqlError> {
     if sql.trim().trim_end_matches(';').trim().is_empty() {
         return Err(SqlError::new("empty SQL: send one statement"));

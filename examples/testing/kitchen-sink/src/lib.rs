@@ -109,6 +109,23 @@ impl handler::Guest for KitchenSink {
                     Err(error) => text(500, format!("sql error: {error}")),
                 }
             }
+            // The body is one statement, run as the guest's own: `?rows=1`
+            // asks for its rows (sql::query), else it is executed. For the
+            // tests of hostile statements (ADR 0063).
+            "/sql/run" => {
+                let statement = String::from_utf8_lossy(&request.body).into_owned();
+                if param(path, "rows") == Some("1") {
+                    match sql::query(&statement, &[]) {
+                        Ok(rows) => text(200, show_rows(&rows)),
+                        Err(error) => text(500, format!("sql error: {error}")),
+                    }
+                } else {
+                    match sql::execute(&statement, &[]) {
+                        Ok(changed) => text(200, changed.to_string()),
+                        Err(error) => text(500, format!("sql error: {error}")),
+                    }
+                }
+            }
             "/sql/query" => match sql::query("SELECT * FROM t WHERE a = ?", &every_value()) {
                 Ok(rows) => text(200, show_rows(&rows)),
                 Err(error) => text(500, format!("sql error: {error}")),
