@@ -308,8 +308,11 @@ impl Node {
                             response,
                             ran_on: None,
                         }),
-                        // It may have run, and its record may land.
-                        Err(_) => Err(Error::OutcomeUnknown(format!(
+                        // Dropped unanswered only by a mailbox that stopped
+                        // before the event committed (a committed event's
+                        // answer is the deliverer's, which answers every
+                        // one): nothing was applied.
+                        Err(_) => Err(Error::unavailable(format!(
                             "actor {actor} stopped before answering"
                         ))),
                     };

@@ -92,15 +92,18 @@ impl Drop for Stopped {
 }
 
 /// An S3 server that stops answering (SIGSTOP: connections are accepted,
-/// nothing is answered) gets an event waiting on it answered 503
-/// `unavailable` instead of held until the client gives up; once the server
+/// nothing is answered) gets an event waiting on it answered 504
+/// `outcome_unknown` (its record was sent: ADR 0062) instead of held until
+/// the client gives up; once the server
 /// answers again the node serves by itself, and neither then nor after a
 /// kill -9 is an acknowledged increment missing (nor is there one more than
 /// was attempted). A SIGTERM during a hang stops waiting on the bucket once
 /// the node's lease has run out.
 #[test]
-fn a_hung_s3_server_is_answered_503_and_the_node_recovers() {
-    if s3_tests_skipped("a_hung_s3_server_is_answered_503_and_the_node_recovers") {
+fn a_write_to_a_hung_s3_server_is_answered_outcome_unknown_and_the_node_recovers() {
+    if s3_tests_skipped(
+        "a_write_to_a_hung_s3_server_is_answered_outcome_unknown_and_the_node_recovers",
+    ) {
         return;
     }
     // Its own server: this test stops it.
@@ -121,8 +124,10 @@ fn a_hung_s3_server_is_answered_503_and_the_node_recovers() {
     // `req` gives up after common::WAIT_MAX (60 s) without an answer.
     let r = server.req("POST", "/demo/counter/h/increment");
     attempted += 1;
-    assert_eq!(r.status, 503, "{}", r.text());
-    assert_eq!(r.json_code(), "unavailable", "{}", r.text());
+    // The record's request was sent and never answered: it may yet apply.
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert_eq!(r.json_code(), "outcome_unknown", "{}", r.text());
+    assert_eq!(r.header("x-wasmkeep-outcome"), Some("unknown"));
     drop(stopped);
 
     server.wait_until("an increment once the server answers again", |s| {

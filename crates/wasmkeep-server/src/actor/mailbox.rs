@@ -281,12 +281,10 @@ async fn deliverer(
 /// Sends an event's response and socket messages once its gate opened
 /// (`durable`), or fails them and drops the actor.
 fn deliver(node: &Node, stub: &Stub, delivery: Delivery, durable: wasmkeep_store::Result<()>) {
-    // A record durable is in the log for good, and every later holder
-    // reads it before it answers anything: one that took the actor over
-    // fenced the log first, so the record landed before that fence
-    // (ADR 0062). So it is acknowledged even when it landed after this
-    // node's lease ran out; the actor is then dropped, as the lease's end
-    // drops every actor.
+    // A durable record is read by every later holder before it answers
+    // (one that took the actor over fenced the log first: ADR 0062), so it
+    // is acknowledged even after this node's lease ran out; the actor is
+    // then dropped, as the lease's end drops every actor.
     let lapsed = stub.is_fenced() || !node.peering.lease.is_valid();
     let durable = match durable {
         // A read of durable data after the lease ran out may miss a write
