@@ -460,6 +460,7 @@ async fn deploy(world: &World) {
         &world.keys,
         &class,
         guest::COUNTER_CLASS_BYTES.to_vec(),
+        wasmkeep_server::actor::classes::ClassLimits::default(),
         &engine,
     )
     .await

@@ -49,6 +49,33 @@ pub struct Limits {
     pub forward_time_max: Duration,
     /// Largest response body read back from a peer.
     pub forward_response_bytes_max: usize,
+    /// Most memory the databases of all actors on this node may hold
+    /// together (they live in memory); a write past it fails with a clear
+    /// error (ADR 0064). Default: half the machine's memory.
+    pub database_memory_bytes_max: usize,
+}
+
+/// Half the memory of this machine (or of this process's cgroup, when it
+/// has less); 4 GiB when neither can be read.
+pub fn half_the_memory() -> usize {
+    let meminfo = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map(|kib| kib * 1024)
+        });
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok());
+    let total = match (meminfo, cgroup) {
+        (Some(m), Some(c)) => m.min(c),
+        (Some(m), None) => m,
+        (None, Some(c)) => c,
+        (None, None) => 8 << 30,
+    };
+    usize::try_from(total / 2).unwrap_or(usize::MAX)
 }
 
 impl Default for Limits {
@@ -71,6 +98,7 @@ impl Default for Limits {
             event_time_max: Duration::from_secs(30),
             forward_time_max: Duration::from_secs(60),
             forward_response_bytes_max: 64 * 1024 * 1024,
+            database_memory_bytes_max: half_the_memory(),
         }
     }
 }

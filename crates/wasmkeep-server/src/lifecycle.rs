@@ -56,6 +56,11 @@ impl Node {
             transport,
         } = platform;
         let metrics = Arc::new(Metrics::default());
+        // The actors' databases live in this process's memory: their cap is
+        // the process's (the last node started in one process sets it).
+        wasmkeep_store::set_pages_max(
+            (config.limits.database_memory_bytes_max / wasmkeep_store::PAGE_BYTES) as u64,
+        );
         let bucket: Arc<dyn Bucket> = Arc::new(CountingBucket::new(bucket, Arc::clone(&metrics)));
         let keys = Keys::new(&config.app);
         let peering = Peering::new(

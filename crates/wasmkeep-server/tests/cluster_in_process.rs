@@ -95,6 +95,7 @@ async fn deploy_counter(bucket: &dyn Bucket) {
         &Keys::new(&AppName::default_app()),
         &ClassName::new("counter").unwrap(),
         counter_bytes(),
+        classes::ClassLimits::default(),
         &runtime(),
     )
     .await

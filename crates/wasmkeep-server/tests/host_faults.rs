@@ -153,6 +153,7 @@ async fn deploy(bucket: &dyn Bucket, class: &str) {
         &Keys::new(&AppName::default_app()),
         &ClassName::new(class).unwrap(),
         common::guest_bytes("counter"),
+        classes::ClassLimits::default(),
         &common::runtime(16),
     )
     .await

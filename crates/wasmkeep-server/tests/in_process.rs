@@ -25,6 +25,7 @@ async fn start(bucket: Arc<dyn Bucket>) -> Arc<Node> {
         &Keys::new(&app),
         &class,
         common::guest_bytes("counter"),
+        classes::ClassLimits::default(),
         &runtime,
     )
     .await
@@ -146,6 +147,7 @@ async fn deploying_the_current_version_again_writes_nothing() {
         &keys,
         &class,
         common::guest_bytes("counter"),
+        classes::ClassLimits::default(),
         &runtime,
     )
     .await
@@ -156,6 +158,7 @@ async fn deploying_the_current_version_again_writes_nothing() {
         &keys,
         &class,
         common::guest_bytes("counter"),
+        classes::ClassLimits::default(),
         &runtime,
     )
     .await
@@ -171,17 +174,31 @@ async fn deploying_the_current_version_again_writes_nothing() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/wasm/chat.wasm");
     let chat = std::fs::read(&path).unwrap();
     assert!(
-        classes::deploy(&*bucket, &keys, &class, chat, &runtime)
-            .await
-            .is_err()
+        classes::deploy(
+            &*bucket,
+            &keys,
+            &class,
+            chat,
+            classes::ClassLimits::default(),
+            &runtime
+        )
+        .await
+        .is_err()
     );
     assert!(memory.faults().injected_count() > 0);
     // Bytes that do not validate are refused as before.
     memory.faults().clear();
     assert!(
-        classes::deploy(&*bucket, &keys, &class, b"not wasm".to_vec(), &runtime)
-            .await
-            .is_err()
+        classes::deploy(
+            &*bucket,
+            &keys,
+            &class,
+            b"not wasm".to_vec(),
+            classes::ClassLimits::default(),
+            &runtime
+        )
+        .await
+        .is_err()
     );
 }
 

@@ -1660,3 +1660,116 @@ fn hostile_guests_leave_other_actors_and_the_lease_alone() {
     assert_eq!(server.metric("wasmkeep_lease_renewal_failures_total"), 0.0);
     assert!(server.metric("wasmkeep_sql_statements_off_worker_total") >= 12.0);
 }
+
+/// A class's database maximum is the deploy's word (ADR 0064): redeployed
+/// with a smaller one, the class's next actors are held to it, with an
+/// error that names it; a maximum below the floor is refused and changes
+/// nothing.
+#[test]
+fn a_class_deployed_with_a_database_maximum_holds_its_actors_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ks = format!("ks={}", guest("kitchen-sink").display());
+    let server = dev(dir.path(), &[ks.as_str(), "--heartbeat", "250ms"]);
+    let bucket = folder_bucket(dir.path());
+    let deploy = |max: &str| {
+        std::process::Command::new(common::BIN)
+            .args(["deploy", "ks", guest("kitchen-sink").to_str().unwrap()])
+            .args(["--bucket", &bucket, "--app", "default"])
+            .args(["--data-dir", common::data_dir().to_str().unwrap()])
+            .args(["--database-max-bytes", max])
+            .output()
+            .unwrap()
+    };
+    let refused = deploy("100");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("at least 65536 bytes"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    // 1 MiB of rows fits the default maximum.
+    let fill = "CREATE TABLE t AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 256) \
+                SELECT zeroblob(4000) AS pad FROM c";
+    let first = request(
+        &server.addr,
+        "POST",
+        "/demo/ks/before/sql/run",
+        &[],
+        fill.as_bytes(),
+    );
+    assert_eq!(first.status, 200, "{}", first.text());
+    let redeployed = deploy("262144");
+    assert!(
+        redeployed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&redeployed.stderr)
+    );
+    // The node reads the new maximum at a heartbeat; each try is a new actor.
+    let mut tries = 0;
+    server.wait_until("a new actor of the class is held to 256 KiB", |s| {
+        tries += 1;
+        let r = request(
+            &s.addr,
+            "POST",
+            &format!("/demo/ks/after-{tries}/sql/run"),
+            &[],
+            fill.as_bytes(),
+        );
+        r.status == 500
+            && r.text()
+                .contains("the database reached its class's maximum (262144 bytes)")
+    });
+    assert_eq!(
+        request(
+            &server.addr,
+            "POST",
+            "/demo/ks/small/sql/run",
+            &[],
+            b"CREATE TABLE s (x)"
+        )
+        .status,
+        200
+    );
+}
+
+/// The node's cap on the memory of all its actors' databases
+/// (`--max-database-memory`, ADR 0064): a write past it fails clearly, and
+/// the node serves on.
+#[test]
+fn a_write_past_the_nodes_database_memory_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let ks = format!("ks={}", guest("kitchen-sink").display());
+    let server = dev(
+        dir.path(),
+        &[ks.as_str(), "--max-database-memory", "4194304"],
+    );
+    let fill = "CREATE TABLE t AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 2000) \
+                SELECT zeroblob(4000) AS pad FROM c";
+    let refused = request(
+        &server.addr,
+        "POST",
+        "/demo/ks/big/sql/run",
+        &[],
+        fill.as_bytes(),
+    );
+    assert_eq!(refused.status, 500, "{}", refused.text());
+    assert!(
+        refused
+            .text()
+            .contains("this node's memory for actor databases is full"),
+        "{}",
+        refused.text()
+    );
+    assert_eq!(
+        request(
+            &server.addr,
+            "POST",
+            "/demo/ks/small/sql/run",
+            &[],
+            b"CREATE TABLE s (x)"
+        )
+        .status,
+        200
+    );
+    assert!(server.metric("wasmkeep_database_bytes") < 4_194_304.0);
+}

@@ -40,7 +40,7 @@ pub use heavy::{INLINE_SLICE, heavy_max, statements_off_worker_total};
 pub use record::FORMAT_VERSION;
 pub use sql::{SqlError, SqlParam, SqlRows, SqlValue};
 pub use store::{ActorStore, OutputGate};
-pub use vfs::PAGE_BYTES;
+pub use vfs::{PAGE_BYTES, pages_held, set_pages_max};
 
 /// Limits and thresholds of one actor's store. Every limit has a name.
 #[derive(Debug, Clone)]
@@ -60,7 +60,8 @@ pub struct StoreConfig {
     /// group commit starts a new record rather than exceed it).
     pub record_bytes_max: usize,
     /// Largest database (SQLite `max_page_count`); a write past it fails
-    /// with SQLite's "database or disk is full".
+    /// with SQLite's "database or disk is full". A node sets it per class
+    /// (ADR 0064).
     pub database_bytes_max: u64,
     /// Largest query result handed to a guest.
     pub query_bytes_max: usize,

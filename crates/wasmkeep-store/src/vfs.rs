@@ -22,8 +22,10 @@
 //! dereferences pointers SQLite hands us under SQLite's documented contract
 //! (valid for the call, `sqlite3_file` allocated with our `szOsFile`).
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Once};
 
 use parking_lot::Mutex;
@@ -52,9 +54,43 @@ pub const VFS_NAME: &CStr = c"wasmkeep-mem";
 /// Longest path SQLite may hand us (names are short generated ids).
 const PATHNAME_BYTES_MAX: c_int = 512;
 
+/// Pages in the database files of this process (each file's length; a
+/// page shared with a queued record or a snapshot counts once, here).
+static PAGES_HELD: AtomicU64 = AtomicU64::new(0);
+/// The most [`PAGES_HELD`] may grow to by a write ([`set_pages_max`]).
+static PAGES_MAX: AtomicU64 = AtomicU64::new(u64::MAX);
+
+thread_local! {
+    /// Set when a write on this thread was refused for [`PAGES_MAX`]: the
+    /// statement's "database or disk is full" is the node's, not the
+    /// database's own maximum.
+    static REFUSED_FOR_NODE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Caps the pages all database files of this process may hold together
+/// (the node's memory for actor databases, ADR 0064). A write that would
+/// grow a file past it fails with SQLite's "database or disk is full";
+/// restores and rollbacks are never refused.
+pub fn set_pages_max(pages: u64) {
+    PAGES_MAX.store(pages, Ordering::Relaxed);
+}
+
+/// Pages the database files of this process hold.
+pub fn pages_held() -> u64 {
+    PAGES_HELD.load(Ordering::Relaxed)
+}
+
+/// Whether a write on this thread was refused for the node's cap since the
+/// last call (which clears it).
+pub fn take_refused_for_node() -> bool {
+    REFUSED_FOR_NODE.with(|r| r.replace(false))
+}
+
 /// One database file, shared between the store and SQLite's open handle.
 #[derive(Debug, Default)]
 pub struct MemFile {
+    /// Pages of this file counted in [`PAGES_HELD`].
+    held: usize,
     pages: Vec<SharedPage>,
     size_bytes: u64,
     /// Only the main database file records what was written.
@@ -89,13 +125,30 @@ impl MemFile {
     /// A tracked main database file with the given pages (a restored image).
     pub fn with_pages(pages: Vec<SharedPage>) -> Self {
         let size_bytes = (pages.len() * PAGE_BYTES) as u64;
-        Self {
+        let mut file = Self {
+            held: 0,
             pages,
             size_bytes,
             tracked: true,
             before: BTreeMap::new(),
             size_at_collection: size_bytes,
+        };
+        file.settle_held();
+        file
+    }
+
+    /// Brings [`PAGES_HELD`] in line with this file's length.
+    fn settle_held(&mut self) {
+        let now = self.pages.len();
+        if now == self.held {
+            return;
         }
+        if now > self.held {
+            PAGES_HELD.fetch_add((now - self.held) as u64, Ordering::Relaxed);
+        } else {
+            PAGES_HELD.fetch_sub((self.held - now) as u64, Ordering::Relaxed);
+        }
+        self.held = now;
     }
 
     pub fn db_pages(&self) -> u32 {
@@ -174,6 +227,7 @@ impl MemFile {
             self.pages.push(zero_page());
         }
         self.size_bytes = size_bytes;
+        self.settle_held();
     }
 
     fn note_write(&mut self, idx: usize) {
@@ -185,8 +239,18 @@ impl MemFile {
         self.before.entry(key).or_insert(old);
     }
 
-    fn write(&mut self, data: &[u8], offset: u64) {
+    /// Writes `data` at `offset`; `false` (nothing written) when the file
+    /// would grow past the node's cap ([`set_pages_max`]).
+    fn write(&mut self, data: &[u8], offset: u64) -> bool {
         let end = offset + data.len() as u64;
+        let growth = (end.div_ceil(PAGE_BYTES as u64) as usize).saturating_sub(self.pages.len());
+        if growth > 0
+            && PAGES_HELD.load(Ordering::Relaxed) + growth as u64
+                > PAGES_MAX.load(Ordering::Relaxed)
+        {
+            REFUSED_FOR_NODE.with(|r| r.set(true));
+            return false;
+        }
         let mut pos = offset;
         let mut src = data;
         while !src.is_empty() {
@@ -211,6 +275,8 @@ impl MemFile {
         if end > self.size_bytes {
             self.size_bytes = end;
         }
+        self.settle_held();
+        true
     }
 
     /// Reads into `out`; false (and zero-filled) when the file is shorter.
@@ -254,6 +320,12 @@ impl MemFile {
 
     pub fn unregister(name: &str) {
         REGISTRY.lock().remove(name);
+    }
+}
+
+impl Drop for MemFile {
+    fn drop(&mut self) {
+        PAGES_HELD.fetch_sub(self.held as u64, Ordering::Relaxed);
     }
 }
 
@@ -435,8 +507,11 @@ unsafe extern "C" fn x_write(
     };
     // SAFETY: SQLite gives `amount` readable bytes.
     let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), amount) };
-    unsafe { file_of(f) }.lock().write(data, offset);
-    ffi::SQLITE_OK
+    if unsafe { file_of(f) }.lock().write(data, offset) {
+        ffi::SQLITE_OK
+    } else {
+        ffi::SQLITE_FULL
+    }
 }
 
 unsafe extern "C" fn x_truncate(f: *mut ffi::sqlite3_file, size: ffi::sqlite3_int64) -> c_int {

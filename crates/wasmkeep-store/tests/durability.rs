@@ -1090,7 +1090,12 @@ async fn a_full_database_is_a_sql_error_and_the_event_fails_whole() {
     let err = s
         .execute("INSERT INTO t VALUES (zeroblob(1000000))", &[])
         .unwrap_err();
-    assert!(err.message.contains("full"), "{err}");
+    assert!(
+        err.message.contains(
+            "database or disk is full: the database reached its class's maximum (131072 bytes)"
+        ),
+        "{err}"
+    );
     match s.commit_event() {
         // SQLite kept the transaction (statement rolled back): the first row commits.
         Ok(g) => {

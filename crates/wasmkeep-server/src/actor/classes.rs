@@ -20,8 +20,90 @@ use crate::actor::guest::{GuestClass, GuestEngine, WasmtimeEngine};
 use crate::ops::metrics::Metrics;
 use crate::{Error, Result};
 
-/// Longest digest text read from a `current` key.
-const DIGEST_BYTES_MAX: usize = 128;
+/// Longest `current` record read (a digest and a few limits).
+const CURRENT_BYTES_MAX: usize = 1024;
+
+/// A class's database maximum when its deploy names none: as Durable
+/// Objects allow (ADR 0064).
+pub const DATABASE_BYTES_MAX_DEFAULT: u64 = 10 << 30;
+
+/// Smallest database maximum a deploy may set: a database of a few tables.
+pub const DATABASE_BYTES_MIN: u64 = 64 << 10;
+
+/// What a class's deploy says about each of its actors (ADR 0064). Kept
+/// in the class's `current` record with the version's digest, so a node
+/// reads both at once, and a deploy changes both at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassLimits {
+    /// Largest database of one actor of the class.
+    pub database_bytes_max: u64,
+}
+
+impl Default for ClassLimits {
+    fn default() -> Self {
+        Self {
+            database_bytes_max: DATABASE_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
+impl ClassLimits {
+    /// Limits as a deploy asks for them; `None` takes the default.
+    pub fn new(database_bytes_max: Option<u64>) -> Result<Self> {
+        let database_bytes_max = database_bytes_max.unwrap_or(DATABASE_BYTES_MAX_DEFAULT);
+        if database_bytes_max < DATABASE_BYTES_MIN {
+            return Err(Error::Config(format!(
+                "the database maximum must be at least {DATABASE_BYTES_MIN} bytes, not {database_bytes_max}"
+            )));
+        }
+        Ok(Self { database_bytes_max })
+    }
+}
+
+/// A class's `current` record: the digest of its version on the first line,
+/// then `name value` lines (`database-bytes-max N`). A record of the
+/// digest alone (written before ADR 0064) has the default limits; a line
+/// this node does not know is left alone (a newer deploy's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Current {
+    pub digest: String,
+    pub limits: ClassLimits,
+}
+
+impl Current {
+    pub fn to_text(&self) -> String {
+        format!(
+            "{}\ndatabase-bytes-max {}\n",
+            self.digest, self.limits.database_bytes_max
+        )
+    }
+
+    pub fn parse(bytes: &[u8]) -> std::result::Result<Self, String> {
+        if bytes.len() > CURRENT_BYTES_MAX {
+            return Err(format!(
+                "{} bytes, more than {CURRENT_BYTES_MAX}",
+                bytes.len()
+            ));
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned())?;
+        let mut lines = text.lines();
+        let digest = lines.next().unwrap_or("").trim().to_owned();
+        if digest.is_empty() || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("{digest:?} is not a digest"));
+        }
+        let mut limits = ClassLimits::default();
+        for line in lines.map(str::trim).filter(|l| !l.is_empty()) {
+            if let Some(("database-bytes-max", value)) = line.split_once(' ') {
+                let bytes = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("database-bytes-max {value:?} is not a number"))?;
+                limits = ClassLimits::new(Some(bytes)).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(Self { digest, limits })
+    }
+}
 
 /// Retry-After for a request to a class still compiling here: a Rust
 /// component compiles in about a second, a JavaScript one in ~16 s.
@@ -48,6 +130,8 @@ pub struct Classes {
     /// failed to load: their requests are asked to retry, not told the
     /// class does not exist.
     pending: Mutex<HashMap<ClassName, ClassPending>>,
+    /// Each deployed class's limits, as its `current` record says.
+    limits: RwLock<HashMap<ClassName, ClassLimits>>,
 }
 
 impl Classes {
@@ -57,6 +141,7 @@ impl Classes {
             served,
             loaded: RwLock::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
+            limits: RwLock::new(HashMap::new()),
         }
     }
 
@@ -108,6 +193,12 @@ impl Classes {
         }
     }
 
+    /// What the class's deploy says about each of its actors (the default
+    /// for a class this node has not read).
+    pub fn limits(&self, class: &ClassName) -> ClassLimits {
+        self.limits.read().get(class).copied().unwrap_or_default()
+    }
+
     /// The digest of the class's loaded version.
     pub(crate) fn digest(&self, class: &ClassName) -> Option<String> {
         self.loaded.read().get(class).map(|c| c.digest().to_owned())
@@ -136,6 +227,7 @@ pub async fn deploy(
     keys: &Keys,
     class: &ClassName,
     bytes: Vec<u8>,
+    limits: ClassLimits,
     runtime: &Runtime,
 ) -> Result<String> {
     deploy_with(
@@ -143,6 +235,7 @@ pub async fn deploy(
         keys,
         class,
         bytes,
+        limits,
         &WasmtimeEngine::new(runtime.clone()),
     )
     .await
@@ -157,11 +250,16 @@ pub async fn deploy_with(
     keys: &Keys,
     class: &ClassName,
     bytes: Vec<u8>,
+    limits: ClassLimits,
     engine: &dyn GuestEngine,
 ) -> Result<String> {
     // The digest every engine gives a class version (`GuestClass::digest`).
     let digest = hex::encode(Sha256::digest(&bytes));
-    if current_digest(bucket, keys, class).await?.as_deref() == Some(digest.as_str())
+    let wanted = Current {
+        digest: digest.clone(),
+        limits,
+    };
+    if current(bucket, keys, class).await?.as_ref() == Some(&wanted)
         && bucket
             .head(&keys.class_component(class, &digest))
             .await
@@ -185,29 +283,19 @@ pub async fn deploy_with(
         Outcome::Gone => return Err(wasmkeep_bucket::Error::NotFound { key }.into()),
     }
     bucket
-        .put(&keys.class_current(class), Bytes::from(digest.clone()))
+        .put(&keys.class_current(class), Bytes::from(wanted.to_text()))
         .await?;
     Ok(digest)
 }
 
-/// The digest a class's `current` key names; `None` when it has none.
-async fn current_digest(
-    bucket: &dyn Bucket,
-    keys: &Keys,
-    class: &ClassName,
-) -> Result<Option<String>> {
+/// A class's `current` record; `None` when it has none, or one that does
+/// not parse (a deploy writes it anew).
+async fn current(bucket: &dyn Bucket, keys: &Keys, class: &ClassName) -> Result<Option<Current>> {
     match bucket.get(&keys.class_current(class)).await {
-        Ok(object) => Ok(Some(digest_text(&object.bytes))),
+        Ok(object) => Ok(Current::parse(&object.bytes).ok()),
         Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(None),
         Err(e) => Err(e.into()),
     }
-}
-
-/// The digest in the body of a `current` key (at most [`DIGEST_BYTES_MAX`]).
-fn digest_text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(&bytes[..bytes.len().min(DIGEST_BYTES_MAX)])
-        .trim()
-        .to_owned()
 }
 
 /// Reads one class's current version from the bucket and compiles it (or
@@ -259,11 +347,20 @@ impl Classes {
                 Err(wasmkeep_bucket::Error::NotFound { .. }) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let digest = digest_text(&object.bytes);
-            if self.digest(&class).as_deref() == Some(digest.as_str()) {
+            let current = match Current::parse(&object.bytes) {
+                Ok(current) => current,
+                Err(why) => {
+                    tracing::error!(%class, key = %meta.key, why, "the class's current record does not parse; its loaded version and limits stay");
+                    continue;
+                }
+            };
+            if self.limits(&class) != current.limits {
+                self.limits.write().insert(class.clone(), current.limits);
+            }
+            if self.digest(&class).as_deref() == Some(current.digest.as_str()) {
                 continue;
             }
-            changed.push((class, digest));
+            changed.push((class, current.digest));
         }
         for (class, _) in &changed {
             if self.digest(class).is_none() {
@@ -296,5 +393,42 @@ impl Classes {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_current_record_carries_the_digest_and_the_limits_and_refuses_bad_ones() {
+        let current = Current {
+            digest: "ab12".into(),
+            limits: ClassLimits::new(Some(1 << 20)).expect("above the floor"),
+        };
+        assert_eq!(current.to_text(), "ab12\ndatabase-bytes-max 1048576\n");
+        assert_eq!(Current::parse(current.to_text().as_bytes()), Ok(current));
+        // Before ADR 0064 the record was the digest alone.
+        assert_eq!(
+            Current::parse(b"ab12\n").map(|c| c.limits),
+            Ok(ClassLimits::default())
+        );
+        // A line of a newer deploy is left alone.
+        assert_eq!(
+            Current::parse(b"ab12\nsomething-new 7\ndatabase-bytes-max 65536\n")
+                .map(|c| c.limits.database_bytes_max),
+            Ok(65536)
+        );
+        for bad in [
+            &b"ab12\ndatabase-bytes-max lots\n"[..],
+            b"ab12\ndatabase-bytes-max 100\n",
+            b"not a digest\n",
+            b"",
+            &[0xff, 0xfe],
+        ] {
+            assert!(Current::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(Current::parse(&vec![b'a'; CURRENT_BYTES_MAX + 1]).is_err());
+        assert!(ClassLimits::new(Some(DATABASE_BYTES_MIN - 1)).is_err());
     }
 }

@@ -169,7 +169,10 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
             node: node.node_id.to_string(),
             incarnation: node.peering.lease.incarnation(),
         },
-        node.residents.store_config.clone(),
+        wasmkeep_store::StoreConfig {
+            database_bytes_max: node.classes.limits(&actor.class).database_bytes_max,
+            ..node.residents.store_config.clone()
+        },
     )
     .await;
     let mut store = match opened {
@@ -179,8 +182,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
             return Err(Error::Store(e.to_string()));
         }
     };
-    // The holder before may still have a record in flight: no answer
-    // leaves before the log is fenced against it (ADR 0062).
+    // The holder before may have a record in flight: fence first (ADR 0062).
     if prior_hold && !planted::late_record_answered_failed() {
         store.fence_log();
         node.metrics.log_fences.fetch_add(1, Ordering::Relaxed);
@@ -758,9 +760,8 @@ async fn hand_over(
     drop(delivery_tx);
     let _ = deliverer.await;
     let deleting = leave == Leave::Delete;
-    // Whether every record the store began is in the log or refused for
-    // good: only then is the ownership record released, so that the next
-    // holder, which finds no hold, need not fence the log (ADR 0062).
+    // Every record of the store landed or was refused: only then is the
+    // hold released (the next holder then need not fence: ADR 0062).
     let mut settled = false;
     if deleting {
         // Nothing of the store may write after its data is deleted.
@@ -814,8 +815,7 @@ async fn hand_over(
         None
     } else if !settled {
         // A record may still land: the hold stays, and whoever acquires
-        // the actor next (this node too) fences the log first. It goes
-        // with this node's lease, or at the actor's next activation here.
+        // the actor next (this node too) fences the log first.
         tracing::warn!(actor = %stub.id, "dropped without release: a log record of it may still land");
         None
     } else {

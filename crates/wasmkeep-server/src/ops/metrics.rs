@@ -358,6 +358,12 @@ impl Metrics {
                 "1 while a drain was asked but no eligible peer can take the actors.",
                 self.drain_blocked.load(Ordering::Relaxed),
             ),
+            (
+                "wasmkeep_database_bytes",
+                "Bytes the databases of the actors in this process hold (they live in memory; --max-database-memory caps them, ADR 0064).",
+                i64::try_from(wasmkeep_store::pages_held() * wasmkeep_store::PAGE_BYTES as u64)
+                    .unwrap_or(i64::MAX),
+            ),
         ];
         for (name, help, value) in gauges {
             let _ = writeln!(

@@ -120,9 +120,21 @@ impl ActorStore {
             }
         };
         self.guard.set_guest(false);
+        let refused_for_node = crate::vfs::take_refused_for_node();
         let result = result.map_err(|e| {
             let mut e = sql::guest_error(e, &self.guard);
-            if e.message == "interrupted" {
+            let full = e.message == "database or disk is full";
+            if full && refused_for_node {
+                e.message = format!(
+                    "database or disk is full: this node's memory for actor databases is full ({} MiB held by all actors); the write was refused, try again later",
+                    (crate::vfs::pages_held() * PAGE_BYTES as u64) >> 20
+                );
+            } else if full {
+                e.message = format!(
+                    "database or disk is full: the database reached its class's maximum ({} bytes)",
+                    self.shared.config.database_bytes_max
+                );
+            } else if e.message == "interrupted" {
                 e.message = format!(
                     "interrupted: the statement ran longer than statement_time_max ({:?})",
                     self.shared.config.statement_time_max

@@ -244,6 +244,11 @@ pub struct NodeArgs {
     /// Largest request body (default 32 MiB).
     #[arg(long, env = "WASMKEEP_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<String>,
+    /// Most memory, in bytes, the databases of all actors on this node may
+    /// hold together; a write past it fails (default: half the machine's
+    /// memory).
+    #[arg(long, env = "WASMKEEP_MAX_DATABASE_MEMORY")]
+    pub max_database_memory: Option<String>,
     /// Longest a connection may take to send a request's head, counted from
     /// its opening or its previous response; slower or idle connections are
     /// closed (default 60s).
@@ -288,6 +293,10 @@ pub struct DeployArgs {
     pub app: String,
     #[arg(long, env = "WASMKEEP_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Largest database of one actor of the class, in bytes (default
+    /// 10 GiB; at least 65536). Redeploying changes it.
+    #[arg(long)]
+    pub database_max_bytes: Option<u64>,
 }
 
 /// Parses `250ms`, `3s`, `2m`, `1h`; a bare number is seconds.

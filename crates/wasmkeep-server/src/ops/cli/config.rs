@@ -314,6 +314,11 @@ pub(super) fn node_config(
             &mut limits.body_bytes_max,
         ),
         (
+            &args.max_database_memory,
+            "max_database_memory",
+            &mut limits.database_memory_bytes_max,
+        ),
+        (
             &args.max_mailbox_events,
             "max_mailbox_events",
             &mut limits.mailbox_events_max,

@@ -47,7 +47,9 @@ pub(super) async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
         instances_max: 1,
         ..RuntimeConfig::default()
     })?;
-    let digest = classes::deploy(&*bucket, &Keys::new(&app), &class, bytes, &runtime).await?;
+    let limits = classes::ClassLimits::new(args.database_max_bytes)?;
+    let digest =
+        classes::deploy(&*bucket, &Keys::new(&app), &class, bytes, limits, &runtime).await?;
     write_stdout(&format!("{class} {digest}\n"));
     Ok(())
 }
@@ -118,9 +120,16 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
     for (class, path) in components {
         let class = ClassName::new(class)?;
         let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        let digest = classes::deploy(&*bucket, &keys, &class, bytes, &runtime)
-            .await
-            .with_context(|| format!("deploying {}", path.display()))?;
+        let digest = classes::deploy(
+            &*bucket,
+            &keys,
+            &class,
+            bytes,
+            classes::ClassLimits::default(),
+            &runtime,
+        )
+        .await
+        .with_context(|| format!("deploying {}", path.display()))?;
         tracing::info!(%class, %digest, path = %path.display(), "deployed");
         classes_deployed.push(class);
     }
