@@ -271,15 +271,16 @@ mod tests {
         lines.join("; ")
     }
 
+    /// `block_in_place` panics on a current-thread runtime: answering there
+    /// shows the statement ran inline. (The process-wide count is not
+    /// compared: the other tests of this binary run beside this one.)
     #[test]
     fn off_a_multi_threaded_runtime_a_statement_runs_inline() {
-        let before = statements_off_worker_total();
         assert_eq!(off_worker("t", || 7), 7);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
         assert_eq!(rt.block_on(async { off_worker("t", || 8) }), 8);
-        assert_eq!(statements_off_worker_total(), before);
     }
 
     #[test]
