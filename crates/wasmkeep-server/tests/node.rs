@@ -1773,3 +1773,86 @@ fn a_write_past_the_nodes_database_memory_is_refused_clearly() {
     );
     assert!(server.metric("wasmkeep_database_bytes") < 4_194_304.0);
 }
+
+/// `wasmkeep actor sql` and `actor export` read an actor's data from the
+/// bucket while its node serves it (ADR 0065): the rows as a table or
+/// JSON, a file SQLite opens; a statement that writes, bad SQL, an actor
+/// with no data and an existing file are refused clearly and change
+/// nothing.
+#[test]
+fn actor_sql_and_export_read_an_actors_data_from_the_bucket() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &[]);
+    for expected in 1..=3 {
+        let r = server.req("POST", "/demo/counter/seen/increment");
+        assert_eq!(r.text(), expected.to_string());
+    }
+    let bucket = folder_bucket(dir.path());
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .args(["actor"])
+            .args(args)
+            .args(["--bucket", &bucket])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, table, err) = cli(&[
+        "sql",
+        "demo/counter/seen",
+        "SELECT n, 'x' AS t, NULL AS z FROM counter",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(table, "n  t  z\n3  x  NULL\n");
+    let (ok, json, err) = cli(&[
+        "sql",
+        "demo/counter/seen",
+        "SELECT n FROM counter",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json, serde_json::json!({"columns": ["n"], "rows": [[3]]}));
+    for (args, says) in [
+        (
+            ["sql", "demo/counter/seen", "UPDATE counter SET n = 0"],
+            "read-only",
+        ),
+        (["sql", "demo/counter/seen", "SELEKT 1"], "syntax error"),
+        (
+            ["sql", "demo/counter/nobody", "SELECT 1"],
+            "has nothing in the bucket",
+        ),
+        (["sql", "not-an-actor", "SELECT 1"], "not an actor id"),
+    ] {
+        let (ok, _, err) = cli(&args);
+        assert!(!ok && err.contains(says), "{args:?}: {err}");
+    }
+    assert_eq!(
+        count(&server, "seen"),
+        3,
+        "a refused statement changed the actor"
+    );
+
+    let file = dir.path().join("seen.sqlite");
+    let (ok, _, err) = cli(&["export", "demo/counter/seen", file.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let exported = rusqlite::Connection::open(&file).unwrap();
+    let n: i64 = exported
+        .query_row("SELECT n FROM counter", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 3);
+    let (ok, _, err) = cli(&["export", "demo/counter/seen", file.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("an existing file is left alone"),
+        "{err}"
+    );
+    assert_eq!(
+        server.req("POST", "/demo/counter/seen/increment").text(),
+        "4"
+    );
+}

@@ -231,6 +231,9 @@ pub struct ActorStore {
     /// The snapshot writer, which ends last: after the flusher, with the
     /// compaction it was doing finished (see [`ActorStore::close`]).
     background: Option<tokio::task::JoinHandle<()>>,
+    /// Opened by [`ActorStore::open_reader`]: read-only statements only,
+    /// nothing written to the bucket.
+    reader: bool,
 }
 
 impl std::fmt::Debug for ActorStore {

@@ -1307,3 +1307,48 @@ async fn a_bucket_that_keeps_failing_breaks_the_store_after_write_time_max() {
         "the store broke only after {waited:?} of virtual time"
     );
 }
+
+/// A reader (`wasmkeep actor sql`, `actor export`; ADR 0065) restores the
+/// acknowledged state, refuses a statement that writes, writes nothing to
+/// the bucket (not even the alarm index), and leaves the holder serving;
+/// its database image is a file SQLite opens.
+#[tokio::test]
+async fn a_reader_sees_the_acknowledged_state_refuses_writes_and_writes_nothing() {
+    let bucket = Probe::new();
+    let a = actor("read");
+    let mut holder = open(&bucket, &a, "n1").await;
+    event(
+        &mut holder,
+        &["CREATE TABLE t (x)", "INSERT INTO t VALUES (1)"],
+    )
+    .await
+    .unwrap();
+    holder.begin_event().unwrap();
+    holder.set_alarm(Some(5_000)).unwrap();
+    holder.commit_event().unwrap().await.unwrap();
+    let puts = bucket.puts();
+    let mut reader = ActorStore::open_reader(bucket.clone(), keys(), a.clone(), config())
+        .await
+        .unwrap();
+    assert_eq!(int(&mut reader, "SELECT count(*) FROM t"), 1);
+    assert_eq!(reader.alarm(), Some(5_000));
+    let refused = reader.execute("INSERT INTO t VALUES (2)", &[]).unwrap_err();
+    assert!(refused.message.contains("read-only"), "{refused}");
+    reader.commit_event().unwrap().await.unwrap();
+    let image = reader.database_image();
+    drop(reader);
+    assert_eq!(bucket.puts(), puts, "the reader wrote to the bucket");
+    event(&mut holder, &["INSERT INTO t VALUES (3)"])
+        .await
+        .unwrap();
+    assert_eq!(int(&mut holder, "SELECT count(*) FROM t"), 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("read.sqlite");
+    std::fs::write(&path, &image).unwrap();
+    let exported = rusqlite::Connection::open(&path).unwrap();
+    let x: i64 = exported
+        .query_row("SELECT x FROM t", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(x, 1);
+}

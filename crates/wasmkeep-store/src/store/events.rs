@@ -86,6 +86,17 @@ impl ActorStore {
         // Prepared (and authorized) first: its kind decides where it runs.
         let (result, over_budget) = match conn.prepare_cached(sql) {
             Err(e) => (Err(e), false),
+            Ok(stmt) if self.reader && !stmt.readonly() => (
+                Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+                    Some(
+                        "read-only: this reads the actor's state from the bucket; a statement \
+                         that writes must run on the actor's holder"
+                            .into(),
+                    ),
+                )),
+                false,
+            ),
             Ok(mut stmt) => {
                 let readonly = stmt.readonly();
                 let mut attempt = |until: Instant| {
@@ -369,6 +380,18 @@ impl ActorStore {
         if !self.in_event && self.is_autocommit() {
             self.conn = None;
         }
+    }
+
+    /// The database file as SQLite lays it out: what the `sqlite3` shell
+    /// opens (`wasmkeep actor export`). Outside an event.
+    pub fn database_image(&self) -> Vec<u8> {
+        let file = self.file.lock();
+        let mut bytes = Vec::with_capacity(file.size_bytes() as usize);
+        for page in file.image() {
+            bytes.extend_from_slice(&page.to_page());
+        }
+        bytes.truncate(file.size_bytes() as usize);
+        bytes
     }
 
     /// Whether the store is parked (no SQLite connection open).

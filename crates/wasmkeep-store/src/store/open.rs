@@ -36,6 +36,36 @@ impl ActorStore {
         writer: WriterId,
         config: StoreConfig,
     ) -> Result<Self> {
+        Self::open_as(bucket, keys, actor, writer, config, false).await
+    }
+
+    /// Restores the actor's state as the bucket holds it, for reading only
+    /// (`wasmkeep actor sql` and `actor export`, ADR 0065): nothing of this
+    /// store ever writes to the bucket (no flusher, no alarm index), and it
+    /// runs only read-only statements. Every acknowledged write of the
+    /// actor is in the bucket, so this is the state some moment after the
+    /// last acknowledged write, whoever holds the actor.
+    pub async fn open_reader(
+        bucket: Arc<dyn Bucket>,
+        keys: Keys,
+        actor: ActorId,
+        config: StoreConfig,
+    ) -> Result<Self> {
+        let writer = WriterId {
+            node: "reader".into(),
+            incarnation: "reader".into(),
+        };
+        Self::open_as(bucket, keys, actor, writer, config, true).await
+    }
+
+    async fn open_as(
+        bucket: Arc<dyn Bucket>,
+        keys: Keys,
+        actor: ActorId,
+        writer: WriterId,
+        config: StoreConfig,
+        reader: bool,
+    ) -> Result<Self> {
         let restored = restore::load(&*bucket, &keys, &actor).await?;
         let empty = restored.pages.is_empty();
         let file: SharedFile = Arc::new(Mutex::new(MemFile::with_pages(restored.pages)));
@@ -85,7 +115,7 @@ impl ActorStore {
 
         // The index may lag a record that failed after the index was
         // rewritten; put it back to the committed value.
-        if let Some(at) = alarm {
+        if let Some(at) = alarm.filter(|_| !reader) {
             put_retrying(
                 &*bucket,
                 &keys.alarm(&actor),
@@ -109,7 +139,7 @@ impl ActorStore {
             state: Mutex::new(FlushState {
                 queue: VecDeque::new(),
                 next_seq: restored.last_seq + 1,
-                closed: false,
+                closed: reader,
                 failure: None,
                 lingering_for: None,
             }),
@@ -117,9 +147,12 @@ impl ActorStore {
             wake: Notify::new(),
             progress,
         });
-        let slot = Arc::new(SnapshotSlot::default());
-        let background = tokio::spawn(snapshot_writer(Arc::clone(&shared), Arc::clone(&slot)));
-        tokio::spawn(flusher(Arc::clone(&shared), alarm, slot));
+        let background = (!reader).then(|| {
+            let slot = Arc::new(SnapshotSlot::default());
+            let background = tokio::spawn(snapshot_writer(Arc::clone(&shared), Arc::clone(&slot)));
+            tokio::spawn(flusher(Arc::clone(&shared), alarm, slot));
+            background
+        });
         Ok(Self {
             conn: Some(conn),
             file,
@@ -134,7 +167,8 @@ impl ActorStore {
             records_since_snapshot: restored.records_since_snapshot,
             bytes_since_snapshot: restored.bytes_since_snapshot,
             local_failure: None,
-            background: Some(background),
+            background,
+            reader,
         })
     }
 

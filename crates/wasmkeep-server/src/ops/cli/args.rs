@@ -116,6 +116,27 @@ pub enum ActorCommand {
         #[command(flatten)]
         view: ViewArgs,
     },
+    /// Runs one read-only SQL statement on the actor's state as the bucket
+    /// holds it (every acknowledged write included), wherever the actor
+    /// is held, and prints the rows (ADR 0065).
+    Sql {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        /// One statement that reads (SELECT, a read-only PRAGMA, ...).
+        statement: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// Writes the actor's database, as the bucket holds it, to a new file
+    /// that the sqlite3 shell opens (ADR 0065).
+    Export {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        /// The file to create (an existing one is left alone).
+        file: std::path::PathBuf,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
     /// Deletes one actor: its database, its alarm and its ownership record
     /// (writes `control/delete/<tenant>/<class>/<name hex>`; the node that
     /// holds it, or any node when none does, deletes it at its next

@@ -8,7 +8,8 @@
 //! `args` (the clap definitions, `parse_duration`), `config` (the
 //! layers of a node's configuration and their checks), `dev` (`dev`,
 //! `serve`, `deploy`, opening the bucket, `write_stdout`), `views`
-//! (`node list`, `actor list`, `actor inspect`), `control` (the
+//! (`node list`, `actor list`, `actor inspect`), `data` (`actor sql`,
+//! `actor export`: an actor's data read from the bucket), `control` (the
 //! commands that write control keys: `node drain` / `undrain`, `actor
 //! move`, `actor delete`, and their `--wait`). This file dispatches a
 //! parsed command line and sets up logging; it never implements a command.
@@ -16,6 +17,7 @@
 mod args;
 mod config;
 mod control;
+mod data;
 mod dev;
 mod views;
 
@@ -25,6 +27,7 @@ pub use args::{
 };
 pub use config::warn_misspelt_env;
 use control::{actor_delete, actor_move, node_drain, node_undrain};
+use data::{actor_export, actor_sql};
 use dev::{deploy, dev, serve};
 use views::{actor_inspect, actor_list, node_list};
 
@@ -61,6 +64,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             actor_list(prefix.as_deref(), view).await
         }
         Command::Actor(ActorCommand::Inspect { actor, view }) => actor_inspect(&actor, view).await,
+        Command::Actor(ActorCommand::Sql {
+            actor,
+            statement,
+            view,
+        }) => actor_sql(&actor, &statement, view).await,
+        Command::Actor(ActorCommand::Export { actor, file, view }) => {
+            actor_export(&actor, &file, view).await
+        }
         Command::Actor(ActorCommand::Move {
             actor,
             to,

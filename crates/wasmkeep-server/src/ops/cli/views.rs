@@ -24,12 +24,12 @@ pub(super) async fn open_view(
     Ok((bucket, Keys::new(&app), lease_ttl))
 }
 
-fn json_text<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+pub(super) fn json_text<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
     Ok(format!("{}\n", serde_json::to_string_pretty(value)?))
 }
 
 /// Lays out rows as columns separated by two spaces.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(super) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
