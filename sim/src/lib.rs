@@ -509,6 +509,7 @@ async fn run_in_runtime(config: SimConfig) -> SimReport {
                 let mut truth = world.truth.lock();
                 truth.check_counter(&actor.to_string(), found.n);
                 truth.check_failed_writes(&actor.to_string(), &found.events);
+                truth.check_history(&actor.to_string(), &found.events);
             }
             Err(e) => world
                 .truth
@@ -580,6 +581,8 @@ async fn client_driver(world: Arc<World>) {
             match reply {
                 Some(reply) if reply.status == 200 => {
                     truth.increment_acked(&actor.to_string(), sent_ms);
+                    let answered = String::from_utf8_lossy(&reply.body).trim().parse().ok();
+                    truth.increment_answered(&actor.to_string(), id, sent_ms, answered);
                     truth.log(
                         &who,
                         format!(

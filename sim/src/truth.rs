@@ -14,6 +14,11 @@
 //!   snapshot is never read: a compaction or a delete removed it, and a
 //!   paused former holder may create it again harmlessly);
 //! - **no acknowledged write lost** ([`Truth::check_counter`], at the end);
+//! - **the acknowledged history is linearizable** ([`Truth::check_history`],
+//!   at the end, for actors never deleted): no two acknowledged increments
+//!   answered the same count; one acknowledged before another was sent
+//!   answered a smaller count; and every acknowledged increment's event id
+//!   is in the actor's database (which one was lost, not only how many);
 //! - **no write answered as failed is ever visible**
 //!   ([`Truth::check_failed_writes`], at the end): an increment whose
 //!   client got an error other than 504 (outcome unknown, ADR 0062) is
@@ -62,6 +67,17 @@ pub const DRAINED_HOLDS: &str = "drained node holds actors:";
 pub const DELETE_UNDONE: &str = "a deleted actor's write came back:";
 pub const DELETE_UNFINISHED: &str = "delete never finished:";
 pub const FAILED_WRITE_VISIBLE: &str = "a write answered as failed is visible:";
+pub const HISTORY: &str = "history not linearizable:";
+
+/// One acknowledged increment as its client saw it.
+#[derive(Debug, Clone, Copy)]
+struct Answered {
+    event_id: u64,
+    sent_ms: u128,
+    acked_ms: u128,
+    /// The count it answered (`None`: the body was not a number).
+    count: Option<u64>,
+}
 
 /// One `wasmkeep actor delete`: when the operator asked (before its key was
 /// written) and when a node removed the key (the deletion ended).
@@ -100,6 +116,8 @@ pub struct Truth {
     /// Actor -> the virtual ms each increment acknowledged to a client was
     /// sent.
     ack_sent_ms: BTreeMap<String, Vec<u128>>,
+    /// Actor -> every acknowledged increment, as its client saw it.
+    answered: BTreeMap<String, Vec<Answered>>,
     /// Actor -> the client event ids of increments answered with an error
     /// that says nothing was applied, and that status.
     failed_answers: BTreeMap<String, Vec<(u64, u16)>>,
@@ -139,6 +157,7 @@ impl Truth {
             commit_ms: BTreeMap::new(),
             ack_sent_ms: BTreeMap::new(),
             failed_answers: BTreeMap::new(),
+            answered: BTreeMap::new(),
             deletions: BTreeMap::new(),
             alarm_sets: BTreeMap::new(),
             alarm_acks: BTreeMap::new(),
@@ -314,6 +333,92 @@ impl Truth {
     }
 
     /// Increments acknowledged to clients, over every actor.
+    /// An increment's client got 200 with `count` (sent at `sent_ms`,
+    /// answered now).
+    pub fn increment_answered(
+        &mut self,
+        actor: &str,
+        event_id: u64,
+        sent_ms: u128,
+        count: Option<u64>,
+    ) {
+        let acked_ms = self.now_ms();
+        self.answered
+            .entry(actor.to_owned())
+            .or_default()
+            .push(Answered {
+                event_id,
+                sent_ms,
+                acked_ms,
+                count,
+            });
+    }
+
+    /// At the end, for an actor never deleted (a delete starts its count
+    /// over): the acknowledged increments form a linearizable history of
+    /// a counter, and each is in the database (`events`: the ids a fresh
+    /// restore finds).
+    pub fn check_history(&mut self, actor: &str, events: &std::collections::BTreeSet<u64>) {
+        if self.deletions.contains_key(actor) {
+            return;
+        }
+        let answered = self.answered.get(actor).cloned().unwrap_or_default();
+        let mut found = Vec::new();
+        for a in &answered {
+            if a.count.is_none() {
+                found.push(format!(
+                    "{HISTORY} event {} of {actor} was acknowledged without a count",
+                    a.event_id
+                ));
+            }
+            if !events.contains(&a.event_id) {
+                found.push(format!(
+                    "{HISTORY} event {} of {actor} was acknowledged (count {:?}) and is not in the database",
+                    a.event_id, a.count
+                ));
+            }
+        }
+        // Each count answered once.
+        let mut by_count: BTreeMap<u64, u64> = BTreeMap::new();
+        for a in &answered {
+            if let Some(count) = a.count
+                && let Some(other) = by_count.insert(count, a.event_id)
+            {
+                found.push(format!(
+                    "{HISTORY} events {other} and {} of {actor} were both answered count {count}",
+                    a.event_id
+                ));
+            }
+        }
+        // Real-time order: an increment acknowledged before another was
+        // sent answered a smaller count. Sweep the sends in order, keeping
+        // the largest count acknowledged strictly before each.
+        let mut acked: Vec<&Answered> = answered.iter().collect();
+        acked.sort_by_key(|a| a.acked_ms);
+        let mut sent: Vec<&Answered> = answered.iter().collect();
+        sent.sort_by_key(|a| a.sent_ms);
+        let (mut next, mut largest): (usize, Option<&Answered>) = (0, None);
+        for b in sent {
+            while next < acked.len() && acked[next].acked_ms < b.sent_ms {
+                if acked[next].count > largest.and_then(|l| l.count) {
+                    largest = Some(acked[next]);
+                }
+                next += 1;
+            }
+            if let (Some(l), Some(count)) = (largest, b.count)
+                && l.count.is_some_and(|c| c >= count)
+            {
+                found.push(format!(
+                    "{HISTORY} event {} of {actor} (sent at {} ms) answered count {count}, yet event {} was acknowledged at {} ms with count {:?}",
+                    b.event_id, b.sent_ms, l.event_id, l.acked_ms, l.count
+                ));
+            }
+        }
+        for what in found {
+            self.violation(what);
+        }
+    }
+
     /// An increment's client got `status`, an error that says nothing was
     /// applied.
     pub fn increment_failed(&mut self, actor: &str, event_id: u64, status: u16) {
@@ -565,4 +670,63 @@ impl Truth {
 fn split_seq<'k>(key: &'k str, marker: &str) -> Option<(&'k str, u64)> {
     let (actor, seq) = key.rsplit_once(marker)?;
     Some((actor, seq.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// Acknowledgements at virtual times: (event id, sent ms, acked ms, count).
+    async fn history(acks: &[(u64, u128, u128, u64)]) -> Truth {
+        let mut truth = Truth::new(Instant::now(), Duration::from_secs(10));
+        let mut by_ack = acks.to_vec();
+        by_ack.sort_by_key(|a| a.2);
+        for (id, sent, acked, count) in by_ack {
+            let now = truth.now_ms();
+            tokio::time::advance(Duration::from_millis(u64::try_from(acked - now).unwrap())).await;
+            truth.increment_answered("t/c/a", id, sent, Some(count));
+        }
+        truth
+    }
+
+    fn ids(ids: &[u64]) -> BTreeSet<u64> {
+        ids.iter().copied().collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_history_checker_accepts_a_counter_and_names_what_is_wrong() {
+        // Two overlapping increments (either order of counts), then one
+        // sent after both were acknowledged.
+        let mut good = history(&[(1, 0, 10, 2), (2, 0, 20, 1), (3, 25, 30, 3)]).await;
+        good.check_history("t/c/a", &ids(&[1, 2, 3]));
+        assert!(good.violations().is_empty(), "{:?}", good.violations());
+
+        let mut twice = history(&[(1, 0, 10, 1), (2, 0, 20, 1)]).await;
+        twice.check_history("t/c/a", &ids(&[1, 2]));
+        assert!(
+            twice.violations()[0].contains("both answered count 1"),
+            "{:?}",
+            twice.violations()
+        );
+
+        let mut stale = history(&[(1, 0, 10, 5), (2, 15, 20, 4)]).await;
+        stale.check_history("t/c/a", &ids(&[1, 2]));
+        assert!(
+            stale.violations()[0].contains("yet event 1 was acknowledged"),
+            "{:?}",
+            stale.violations()
+        );
+
+        let mut lost = history(&[(1, 0, 10, 1), (2, 15, 20, 2)]).await;
+        lost.check_history("t/c/a", &ids(&[2]));
+        assert!(
+            lost.violations()[0].contains(
+                "event 1 of t/c/a was acknowledged (count Some(1)) and is not in the database"
+            ),
+            "{:?}",
+            lost.violations()
+        );
+    }
 }

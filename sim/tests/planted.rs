@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use wasmkeep_cluster::planted;
-use wasmkeep_sim::truth::{ALARM_LATE, FAILED_WRITE_VISIBLE, LEASE_TRUTH, MOVE_UNDONE, ONE_WRITER};
+use wasmkeep_sim::truth::{
+    ALARM_LATE, FAILED_WRITE_VISIBLE, HISTORY, LEASE_TRUTH, MOVE_UNDONE, ONE_WRITER,
+};
 use wasmkeep_sim::{
     FaultConfig, OperatorConfig, SimConfig, SimReport, logs_from_env, repro_command, run,
     seeds_from_env,
@@ -118,6 +120,28 @@ fn planted_late_record_answered_failed_is_caught() {
         &planted::LATE_RECORD_ANSWERED_FAILED,
         FAILED_WRITE_VISIBLE,
         config,
+    );
+}
+
+/// Every fault (crashes included), no operator: the plain run.
+fn every_fault(seed: u64) -> SimConfig {
+    SimConfig {
+        seed,
+        ..SimConfig::default()
+    }
+}
+
+/// An answer leaves before its record is durable: a crash then loses a
+/// write its client saw acknowledged. The history checker names the event
+/// whose write is missing, whatever the totals say.
+#[test]
+fn planted_ack_before_durable_is_caught() {
+    caught_within_bounded_seeds(
+        "ACK_BEFORE_DURABLE",
+        "planted_ack_before_durable_is_caught",
+        &planted::ACK_BEFORE_DURABLE,
+        HISTORY,
+        every_fault,
     );
 }
 

@@ -11,6 +11,7 @@ mod switches {
     pub static FORGET_ALARM_BEFORE_TAKE: AtomicBool = AtomicBool::new(false);
     pub static ERASE_FREES_NUMBERS: AtomicBool = AtomicBool::new(false);
     pub static LATE_RECORD_ANSWERED_FAILED: AtomicBool = AtomicBool::new(false);
+    pub static ACK_BEFORE_DURABLE: AtomicBool = AtomicBool::new(false);
 
     pub fn get(flag: &AtomicBool) -> bool {
         flag.load(Ordering::Relaxed)
@@ -23,7 +24,7 @@ mod switches {
 
 #[cfg(feature = "planted-bugs")]
 pub use switches::{
-    ERASE_FREES_NUMBERS, FORGET_ALARM_BEFORE_TAKE, HIBERNATE_AFTER_RELEASE,
+    ACK_BEFORE_DURABLE, ERASE_FREES_NUMBERS, FORGET_ALARM_BEFORE_TAKE, HIBERNATE_AFTER_RELEASE,
     LATE_RECORD_ANSWERED_FAILED, LEASE_FROM_REPLY, set,
 };
 
@@ -84,6 +85,20 @@ pub fn late_record_answered_failed() -> bool {
     #[cfg(feature = "planted-bugs")]
     {
         switches::get(&switches::LATE_RECORD_ANSWERED_FAILED)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
+    }
+}
+
+/// Bug: an event's answer leaves before its log record is durable (the
+/// output gate is not waited for), so a crash can lose a write its client
+/// saw acknowledged.
+pub fn ack_before_durable() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        switches::get(&switches::ACK_BEFORE_DURABLE)
     }
     #[cfg(not(feature = "planted-bugs"))]
     {
