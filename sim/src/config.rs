@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
 /// Faults drawn from the seed. Durations are upper bounds of uniform draws.
 #[derive(Debug, Clone)]
 pub struct FaultConfig {
@@ -193,15 +196,20 @@ pub enum Scenario {
     Delete,
     /// Everything at once, with more fault steps.
     Mixed,
+    /// The shape drawn from the seed too (swarm testing, issue 53): nodes,
+    /// actors, client rate, heartbeat and TTL, clock skew, which faults and
+    /// which operator actions, and their rates.
+    Swarm,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::Lease,
         Scenario::Drain,
         Scenario::Move,
         Scenario::Delete,
         Scenario::Mixed,
+        Scenario::Swarm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -211,11 +219,15 @@ impl Scenario {
             Scenario::Move => "move",
             Scenario::Delete => "delete",
             Scenario::Mixed => "mixed",
+            Scenario::Swarm => "swarm",
         }
     }
 
     /// The scenario's configuration for one seed.
     pub fn config(self, seed: u64) -> SimConfig {
+        if self == Scenario::Swarm {
+            return swarm(seed);
+        }
         let operator = match self {
             Scenario::Lease => OperatorConfig::none(),
             Scenario::Drain => OperatorConfig {
@@ -231,7 +243,7 @@ impl Scenario {
                 ..OperatorConfig::mixed()
             },
             Scenario::Delete => OperatorConfig::deletes_and_moves(),
-            Scenario::Mixed => OperatorConfig::mixed(),
+            Scenario::Mixed | Scenario::Swarm => OperatorConfig::mixed(),
         };
         let faults = match self {
             Scenario::Mixed => FaultConfig {
@@ -248,3 +260,56 @@ impl Scenario {
         }
     }
 }
+
+/// A configuration whose shape is drawn from the seed (its own stream, so
+/// the run's other draws do not move with it).
+fn swarm(seed: u64) -> SimConfig {
+    let mut rng = StdRng::seed_from_u64(crate::sub_seed(seed, SWARM_PURPOSE));
+    let ms = |rng: &mut StdRng, lo: u64, hi: u64| Duration::from_millis(rng.random_range(lo..=hi));
+    let heartbeat_period = ms(&mut rng, 1000, 4000);
+    // Three to five heartbeats per lease, as operators set them.
+    let lease_ttl = heartbeat_period * rng.random_range(3..=5);
+    let alarm_actors = rng.random_range(0..=3);
+    let operator = OperatorConfig {
+        steps: rng.random_range(0..=40),
+        gap_max: ms(&mut rng, 2000, 12_000),
+        drains: rng.random_bool(0.5),
+        moves: rng.random_bool(0.5),
+        moves_then_drain: alarm_actors > 0 && rng.random_bool(0.5),
+        deletes: rng.random_bool(0.5),
+        alarms: alarm_actors > 0 && rng.random_bool(0.5),
+        alarm_delay_max: ms(&mut rng, 1000, 15_000),
+        alarm_actors,
+    };
+    let faults = FaultConfig {
+        request_latency_max: ms(&mut rng, 1, 200),
+        reply_latency_max: ms(&mut rng, 1, 200),
+        steps: rng.random_range(0..=20),
+        gap_max: ms(&mut rng, 2000, 15_000),
+        duration_max: ms(&mut rng, 1000, 30_000),
+        crashes: rng.random_bool(0.5),
+        partitions: rng.random_bool(0.5),
+        pauses: rng.random_bool(0.5),
+        slow_bucket: rng.random_bool(0.5),
+        flaky_bucket: rng.random_bool(0.5),
+        network_partitions: rng.random_bool(0.5),
+        forward_loss_probability: rng.random_range(0.0..0.1),
+        ..FaultConfig::default()
+    };
+    SimConfig {
+        seed,
+        nodes: rng.random_range(2..=7),
+        actors: rng.random_range(1..=64),
+        client_events: 400,
+        client_gap_max: ms(&mut rng, 50, 1500),
+        lease_ttl,
+        heartbeat_period,
+        skew_max: ms(&mut rng, 0, 30_000),
+        faults,
+        operator,
+        ..SimConfig::default()
+    }
+}
+
+/// The stream the swarm's shape is drawn from (`crate::sub_seed`).
+const SWARM_PURPOSE: u64 = 6;

@@ -139,6 +139,19 @@ fn mixed_drains_moves_crashes_partitions() {
     );
 }
 
+/// Shapes drawn from the seed (swarm testing, issue 53): 2 to 7 nodes, 1
+/// to 64 actors, heartbeat and TTL, skew, which faults and which operator
+/// actions, every checker.
+#[test]
+fn swarm_of_shapes() {
+    run_seeds(
+        "swarm_of_shapes",
+        CI_SEEDS_OPERATOR,
+        |seed| Scenario::Swarm.config(seed),
+        &[],
+    );
+}
+
 #[test]
 fn same_seed_gives_same_trace() {
     let seeds = seeds_from_env(7..9).expect("SIM_SEED / SIM_SEEDS parse");
