@@ -216,7 +216,7 @@ impl GuestInstance for SimInstance {
                 self.ctx
                     .truth
                     .lock()
-                    .increment_committed(&self.actor.to_string());
+                    .increment_committed(&self.actor.to_string(), event_id.unsigned_abs());
                 Ok(text(200, n.to_string()))
             }
             "/alarm" => {

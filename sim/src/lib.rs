@@ -507,7 +507,7 @@ async fn run_in_runtime(config: SimConfig) -> SimReport {
         match node::read_counter(bucket, &world.keys, &actor).await {
             Ok(found) => {
                 let mut truth = world.truth.lock();
-                truth.check_counter(&actor.to_string(), found.n);
+                truth.check_counter(&actor.to_string(), found.n, &found.events);
                 truth.check_failed_writes(&actor.to_string(), &found.events);
                 truth.check_history(&actor.to_string(), &found.events);
             }
