@@ -25,6 +25,8 @@
 //!   ([`Truth::check_failed_writes`], at the end): an increment whose
 //!   client got an error other than 504 (outcome unknown, ADR 0062) is
 //!   not in the actor's database;
+//! - **no alarm runs before its time** ([`Truth::check_alarms`]): on the
+//!   true clock, never earlier than the clock skew allows;
 //! - **every committed alarm fires** ([`Truth::check_alarms`], at the end,
 //!   after the faults healed): an alarm whose setting was acknowledged, and
 //!   not replaced by a later setting, ran at least once;
@@ -64,6 +66,7 @@ pub const PHANTOM_WRITE: &str = "phantom write:";
 pub const RESTORE_FAILED: &str = "final restore failed:";
 pub const ALARM_LOST: &str = "committed alarm never fired:";
 pub const ALARM_LATE: &str = "committed alarm fired late:";
+pub const ALARM_EARLY: &str = "alarm fired before its time:";
 pub const MOVE_UNDONE: &str = "move ended on the old owner:";
 pub const DRAINED_HOLDS: &str = "drained node holds actors:";
 pub const DELETE_UNDONE: &str = "a deleted actor's write came back:";
@@ -139,7 +142,8 @@ pub struct Truth {
     /// Only for runs whose faults cannot delay an alarm that long.
     pub alarm_lateness_max: Option<Duration>,
     /// The virtual ms the nodes were stopped, and how far a node's clock may
-    /// be behind: an alarm due later than `stopped - clock_behind_max` on
+    /// be off either way (it bounds how early an alarm may run on the true
+    /// clock, too): an alarm due later than `stopped - clock_behind_max` on
     /// the true clock may legitimately not have run.
     pub stopped_ms: Option<u128>,
     pub clock_behind_max: Duration,
@@ -531,6 +535,17 @@ impl Truth {
             };
             let acks = self.alarm_acks.get(actor).map_or(&[][..], Vec::as_slice);
             let fires = self.alarm_fires.get(actor).map_or(&[][..], Vec::as_slice);
+            // No alarm runs before its time on the clock of the node that
+            // runs it, which may be ahead of the true one by the skew.
+            for (at_ms, fired_ms) in fires {
+                let due = u128::try_from(at_ms - crate::clock::EPOCH_MS).unwrap_or(0);
+                if fired_ms + self.clock_behind_max.as_millis() < due {
+                    found.push(format!(
+                        "{ALARM_EARLY} {actor}'s alarm due at {due} ms ran at {fired_ms} ms, more than {} ms early",
+                        self.clock_behind_max.as_millis()
+                    ));
+                }
+            }
             let last_due = u128::try_from(last - crate::clock::EPOCH_MS).unwrap_or(0);
             let due_in_time = self
                 .stopped_ms

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use wasmkeep_cluster::planted;
 use wasmkeep_sim::truth::{
-    ALARM_LATE, FAILED_WRITE_VISIBLE, HISTORY, LEASE_TRUTH, MOVE_UNDONE, ONE_WRITER,
+    ALARM_EARLY, ALARM_LATE, FAILED_WRITE_VISIBLE, HISTORY, LEASE_TRUTH, MOVE_UNDONE, ONE_WRITER,
 };
 use wasmkeep_sim::{
     FaultConfig, OperatorConfig, SimConfig, SimReport, logs_from_env, repro_command, run,
@@ -218,6 +218,19 @@ fn planted_forget_alarm_before_take_is_caught() {
         "planted_forget_alarm_before_take_is_caught",
         &planted::FORGET_ALARM_BEFORE_TAKE,
         ALARM_LATE,
+        moves_with_lost_takes,
+    );
+}
+
+/// The timer runs alarms a minute early: caught on the true clock (no
+/// skew in this scenario).
+#[test]
+fn planted_alarm_early_is_caught() {
+    caught_within_bounded_seeds(
+        "ALARM_EARLY",
+        "planted_alarm_early_is_caught",
+        &planted::ALARM_EARLY,
+        ALARM_EARLY,
         moves_with_lost_takes,
     );
 }

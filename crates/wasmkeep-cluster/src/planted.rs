@@ -12,6 +12,7 @@ mod switches {
     pub static ERASE_FREES_NUMBERS: AtomicBool = AtomicBool::new(false);
     pub static LATE_RECORD_ANSWERED_FAILED: AtomicBool = AtomicBool::new(false);
     pub static ACK_BEFORE_DURABLE: AtomicBool = AtomicBool::new(false);
+    pub static ALARM_EARLY: AtomicBool = AtomicBool::new(false);
 
     pub fn get(flag: &AtomicBool) -> bool {
         flag.load(Ordering::Relaxed)
@@ -24,8 +25,8 @@ mod switches {
 
 #[cfg(feature = "planted-bugs")]
 pub use switches::{
-    ACK_BEFORE_DURABLE, ERASE_FREES_NUMBERS, FORGET_ALARM_BEFORE_TAKE, HIBERNATE_AFTER_RELEASE,
-    LATE_RECORD_ANSWERED_FAILED, LEASE_FROM_REPLY, set,
+    ACK_BEFORE_DURABLE, ALARM_EARLY, ERASE_FREES_NUMBERS, FORGET_ALARM_BEFORE_TAKE,
+    HIBERNATE_AFTER_RELEASE, LATE_RECORD_ANSWERED_FAILED, LEASE_FROM_REPLY, set,
 };
 
 /// Bug: the owner counts its lease from the renewal's reply, not its request.
@@ -99,6 +100,18 @@ pub fn ack_before_durable() -> bool {
     #[cfg(feature = "planted-bugs")]
     {
         switches::get(&switches::ACK_BEFORE_DURABLE)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
+    }
+}
+
+/// Bug: the alarm timer runs alarms a minute before they are due.
+pub fn alarm_early() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        switches::get(&switches::ALARM_EARLY)
     }
     #[cfg(not(feature = "planted-bugs"))]
     {
