@@ -56,8 +56,14 @@ pub struct Limits {
 }
 
 /// Half the memory of this machine (or of this process's cgroup, when it
-/// has less); 4 GiB when neither can be read.
+/// has less); 4 GiB when neither can be read. Read once per process:
+/// every `Limits::default()` asks.
 pub fn half_the_memory() -> usize {
+    static HALF: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *HALF.get_or_init(read_half_the_memory)
+}
+
+fn read_half_the_memory() -> usize {
     let meminfo = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| {

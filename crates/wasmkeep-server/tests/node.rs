@@ -1661,6 +1661,20 @@ fn hostile_guests_leave_other_actors_and_the_lease_alone() {
     assert!(server.metric("wasmkeep_sql_statements_off_worker_total") >= 12.0);
 }
 
+/// Runs one statement as kitchen-sink actor `name`'s own (`/sql/run`).
+fn run_sql(server: &Server, name: &str, statement: &str) -> common::Resp {
+    let path = format!("/demo/ks/{name}/sql/run");
+    request(&server.addr, "POST", &path, &[], statement.as_bytes())
+}
+
+/// A statement that makes a table of `rows` rows of about one page each.
+fn table_of_pages(rows: u32) -> String {
+    format!(
+        "CREATE TABLE t AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT {rows}) \
+         SELECT zeroblob(4000) AS pad FROM c"
+    )
+}
+
 /// A class's database maximum is the deploy's word (ADR 0064): redeployed
 /// with a smaller one, the class's next actors are held to it, with an
 /// error that names it; a maximum below the floor is refused and changes
@@ -1688,15 +1702,8 @@ fn a_class_deployed_with_a_database_maximum_holds_its_actors_to_it() {
         String::from_utf8_lossy(&refused.stderr)
     );
     // 1 MiB of rows fits the default maximum.
-    let fill = "CREATE TABLE t AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 256) \
-                SELECT zeroblob(4000) AS pad FROM c";
-    let first = request(
-        &server.addr,
-        "POST",
-        "/demo/ks/before/sql/run",
-        &[],
-        fill.as_bytes(),
-    );
+    let fill = table_of_pages(256);
+    let first = run_sql(&server, "before", &fill);
     assert_eq!(first.status, 200, "{}", first.text());
     let redeployed = deploy("262144");
     assert!(
@@ -1708,28 +1715,12 @@ fn a_class_deployed_with_a_database_maximum_holds_its_actors_to_it() {
     let mut tries = 0;
     server.wait_until("a new actor of the class is held to 256 KiB", |s| {
         tries += 1;
-        let r = request(
-            &s.addr,
-            "POST",
-            &format!("/demo/ks/after-{tries}/sql/run"),
-            &[],
-            fill.as_bytes(),
-        );
+        let r = run_sql(s, &format!("after-{tries}"), &fill);
         r.status == 500
             && r.text()
                 .contains("the database reached its class's maximum (262144 bytes)")
     });
-    assert_eq!(
-        request(
-            &server.addr,
-            "POST",
-            "/demo/ks/small/sql/run",
-            &[],
-            b"CREATE TABLE s (x)"
-        )
-        .status,
-        200
-    );
+    assert_eq!(run_sql(&server, "small", "CREATE TABLE s (x)").status, 200);
 }
 
 /// The node's cap on the memory of all its actors' databases
@@ -1743,15 +1734,8 @@ fn a_write_past_the_nodes_database_memory_is_refused_clearly() {
         dir.path(),
         &[ks.as_str(), "--max-database-memory", "4194304"],
     );
-    let fill = "CREATE TABLE t AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 2000) \
-                SELECT zeroblob(4000) AS pad FROM c";
-    let refused = request(
-        &server.addr,
-        "POST",
-        "/demo/ks/big/sql/run",
-        &[],
-        fill.as_bytes(),
-    );
+    let fill = table_of_pages(2000);
+    let refused = run_sql(&server, "big", &fill);
     assert_eq!(refused.status, 500, "{}", refused.text());
     assert!(
         refused
@@ -1760,17 +1744,7 @@ fn a_write_past_the_nodes_database_memory_is_refused_clearly() {
         "{}",
         refused.text()
     );
-    assert_eq!(
-        request(
-            &server.addr,
-            "POST",
-            "/demo/ks/small/sql/run",
-            &[],
-            b"CREATE TABLE s (x)"
-        )
-        .status,
-        200
-    );
+    assert_eq!(run_sql(&server, "small", "CREATE TABLE s (x)").status, 200);
     assert!(server.metric("wasmkeep_database_bytes") < 4_194_304.0);
 }
 

@@ -24,7 +24,7 @@
 //! everything runs inline.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -65,13 +65,14 @@ pub fn statements_off_worker_total() -> u64 {
 /// Heavy statements of one tenant that run at once: half the CPUs, at
 /// least one, so the rest stay with the async workers and other tenants.
 pub fn heavy_max() -> usize {
-    static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get() / 2)
-            .unwrap_or(1)
-            .max(1)
-    })
+    (cpus() / 2).max(1)
+}
+
+/// The CPUs this process may use (1 when it cannot tell), asked once.
+fn cpus() -> usize {
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    *CPUS
+        .get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
 }
 
 /// Whether a write statement's program is bounded: it runs each of its
@@ -149,22 +150,11 @@ pub(crate) fn off_worker<T>(tenant: &str, f: impl FnOnce() -> T) -> T {
 pub const HEAVY_TOTAL_PER_CPU: usize = 4;
 
 fn heavy_total() -> usize {
-    static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map_or(1, std::num::NonZeroUsize::get)
-            .saturating_mul(HEAVY_TOTAL_PER_CPU)
-    })
+    cpus().saturating_mul(HEAVY_TOTAL_PER_CPU)
 }
 
-/// The heavy statements running, per tenant and in all.
-#[derive(Default)]
-struct Turns {
-    total: usize,
-    by_tenant: HashMap<String, usize>,
-}
-
-static TURNS: Mutex<Option<Turns>> = Mutex::new(None);
+/// The heavy statements running, per tenant (their sum: all of them).
+static TURNS: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
 static TURN_FREED: Condvar = Condvar::new();
 
 /// One tenant's turn to run a heavy statement: a tenant waits only for its
@@ -178,11 +168,9 @@ impl Turn {
     fn take(tenant: &str) -> Self {
         let mut turns = TURNS.lock();
         loop {
-            let t = turns.get_or_insert_with(Turns::default);
-            let mine = t.by_tenant.get(tenant).copied().unwrap_or(0);
-            if mine < heavy_max() && t.total < heavy_total() {
-                t.total += 1;
-                *t.by_tenant.entry(tenant.to_owned()).or_insert(0) += 1;
+            let mine = turns.get(tenant).copied().unwrap_or(0);
+            if mine < heavy_max() && turns.values().sum::<usize>() < heavy_total() {
+                *turns.entry(tenant.to_owned()).or_insert(0) += 1;
                 return Turn {
                     tenant: tenant.to_owned(),
                 };
@@ -194,15 +182,14 @@ impl Turn {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        if let Some(t) = TURNS.lock().as_mut() {
-            t.total -= 1;
-            if let Some(mine) = t.by_tenant.get_mut(&self.tenant) {
-                *mine -= 1;
-                if *mine == 0 {
-                    t.by_tenant.remove(&self.tenant);
-                }
+        let mut turns = TURNS.lock();
+        if let Some(mine) = turns.get_mut(&self.tenant) {
+            *mine -= 1;
+            if *mine == 0 {
+                turns.remove(&self.tenant);
             }
         }
+        drop(turns);
         TURN_FREED.notify_all();
     }
 }
