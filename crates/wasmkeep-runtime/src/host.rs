@@ -60,6 +60,11 @@ pub trait ActorHost: Send + 'static {
     ) -> Result<Response, String>;
     fn secret(&mut self, name: &str) -> Option<String>;
     fn log(&mut self, level: LogLevel, message: &str);
+    /// The actor's outbound HTTP: its class's allow-list and where its
+    /// requests are counted. Asked once per instance's store.
+    fn outbound(&self) -> std::sync::Arc<dyn crate::OutboundScope> {
+        std::sync::Arc::new(crate::DenyAll)
+    }
     /// Lets the node downcast to its own type: `fn as_any(&mut self) -> &mut dyn Any { self }`.
     fn as_any(&mut self) -> &mut dyn std::any::Any;
 }

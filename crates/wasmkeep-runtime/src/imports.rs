@@ -2,8 +2,6 @@
 //! interface, each forwarding to [`ActorHost`](crate::ActorHost). The WIT's
 //! `result` errors are values handed back to the guest; none of these traps.
 
-use std::time::Duration;
-
 use crate::bindings::wasmkeep::actor::{
     actors, alarm, identity, log, secrets, sockets, sql, types,
 };
@@ -63,10 +61,6 @@ impl sockets::Host for State {
     }
 }
 
-/// Longest part of the caller's remaining event time kept back from a
-/// call, for the caller to handle the call's failure and answer.
-const CALL_ANSWER_MARGIN_MAX: Duration = Duration::from_secs(1);
-
 impl actors::Host for State {
     /// A call ends before its caller's event does: one still waiting when
     /// the caller's time is nearly up fails with an error the caller can
@@ -78,10 +72,7 @@ impl actors::Host for State {
         name: String,
         request: types::Request,
     ) -> Result<types::Response, String> {
-        let left = self
-            .event_deadline
-            .saturating_duration_since(std::time::Instant::now());
-        let wait = left.saturating_sub((left / 10).min(CALL_ANSWER_MARGIN_MAX));
+        let wait = crate::state::wait_before_answer(self.event_deadline);
         let target = format!("{class}/{name}");
         match tokio::time::timeout(wait, self.host.call(class, name, request.into())).await {
             Ok(answered) => answered.map(types::Response::from),

@@ -250,6 +250,7 @@ impl ActorInstance {
 fn arm(store: &mut Store<State>, time_max: Duration) {
     let data = store.data_mut();
     data.event_deadline = Instant::now() + time_max;
+    data.outbound.deadline = data.event_deadline;
     data.stderr_tail.clear();
     store.set_epoch_deadline(1);
 }

@@ -15,7 +15,7 @@
 //!
 //! - Time limit: `event_time_max` is wall-clock time per event (and per
 //!   instantiation), host calls included. A ticker thread advances the epoch
-//!   every 10 ms; at each tick a running guest yields to tokio and is stopped
+//!   every 2 ms; at each tick a running guest yields to tokio and is stopped
 //!   with [`EventError::TimeLimit`] once the deadline has passed. An event
 //!   stuck in an `actors.call` that never returns is dropped 1 s later with
 //!   the same error.
@@ -26,7 +26,10 @@
 //! - Pool: `instances_max` live instances (two memory and table slots each);
 //!   a full pool makes instantiation fail with [`Error::Instantiate`].
 //! - WASI p2 is linked whole, but with no preopened directory, environment,
-//!   arguments or network: clocks, random and stdio are what works. Guest
+//!   arguments or sockets: clocks, random and stdio are what works. Outbound
+//!   HTTP is `wasi:http/outgoing-handler` (0.2), each request checked against
+//!   the class's allow-list that the node gives through [`OutboundScope`]
+//!   (ADR 0066). Guest
 //!   stdout/stderr lines become `tracing` events (target `guest`, field
 //!   `actor`), INFO and WARN; a trap's message ends with the guest's last
 //!   stderr lines (a Rust panic message).
@@ -50,6 +53,7 @@ mod host;
 mod host_stack;
 mod imports;
 mod instance;
+mod outbound;
 mod runtime;
 mod state;
 mod stdio;
@@ -59,6 +63,7 @@ pub use error::{Error, EventError};
 pub use host::{ActorHost, LogLevel, Message, Request, Response, SqlRows, SqlValue};
 pub use host_stack::on_host_stack;
 pub use instance::ActorInstance;
+pub use outbound::{DenyAll, OutboundConfig, OutboundOutcome, OutboundScope};
 pub use runtime::{Runtime, RuntimeConfig};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -19,6 +19,7 @@ use crate::bindings::Actor;
 use crate::component::ClassComponent;
 use crate::error::Error;
 use crate::host::ActorHost;
+use crate::outbound::{OutboundConfig, OutboundHooks, OutboundNode};
 use crate::state::{Limits, State, TimeLimitExceeded};
 use crate::stdio::{GuestOutput, StderrTail, Stream};
 
@@ -63,6 +64,8 @@ pub struct RuntimeConfig {
     pub instances_max: u32,
     /// The most elements one table of one instance may hold.
     pub table_elements_max: usize,
+    /// Outbound HTTP's limits and extra CA (ADR 0066).
+    pub outbound: OutboundConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -73,6 +76,7 @@ impl Default for RuntimeConfig {
             event_time_max: Duration::from_secs(30),
             instances_max: 1000,
             table_elements_max: 100_000,
+            outbound: OutboundConfig::default(),
         }
     }
 }
@@ -93,6 +97,12 @@ impl RuntimeConfig {
         }
         if self.instances_max == 0 {
             return Err(Error::Config("instances_max must be at least 1".into()));
+        }
+        if self.outbound.in_flight_per_actor == 0 || self.outbound.in_flight_per_node == 0 {
+            return Err(Error::Config(
+                "outbound requests in flight must be allowed at least 1 per actor and per node"
+                    .into(),
+            ));
         }
         if self.table_elements_max == 0 {
             return Err(Error::Config(
@@ -116,6 +126,7 @@ pub(crate) struct RuntimeInner {
     /// `wasmtime<version>-<hash of the engine's compilation settings>`: a
     /// precompiled component is only reused by an engine with the same key.
     pub(crate) engine_key: String,
+    pub(crate) outbound: Arc<OutboundNode>,
 }
 
 impl Runtime {
@@ -126,8 +137,18 @@ impl Runtime {
         let mut linker = Linker::<State>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| Error::Engine(format!("{e:#}")))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(|e| Error::Engine(format!("{e:#}")))?;
         Actor::add_to_linker::<State, HasSelf<State>>(&mut linker, |state| state)
             .map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let outbound = Arc::new(OutboundNode {
+            client: wasmkeep_transport::OutboundClient::new(config.outbound.extra_ca.as_deref())
+                .map_err(|e| Error::Config(format!("outbound HTTP: {e}")))?,
+            slots: Arc::new(tokio::sync::Semaphore::new(
+                config.outbound.in_flight_per_node,
+            )),
+            config: config.outbound.clone(),
+        });
         let engine_key = engine_key(&engine);
         start_epoch_ticker(&engine)?;
         Ok(Self {
@@ -136,6 +157,7 @@ impl Runtime {
                 linker,
                 config,
                 engine_key,
+                outbound,
             }),
         })
     }
@@ -165,23 +187,39 @@ impl RuntimeInner {
                 Stream::Stdout,
                 stderr_tail.clone(),
             ))
-            .stderr(GuestOutput::new(label, Stream::Stderr, stderr_tail.clone()))
+            .stderr(GuestOutput::new(
+                label.clone(),
+                Stream::Stderr,
+                stderr_tail.clone(),
+            ))
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
         let mut table = ResourceTable::new();
         table.set_max_capacity(WASI_RESOURCES_MAX);
+        let deadline = Instant::now() + self.config.event_time_max;
+        let outbound = OutboundHooks {
+            node: Arc::clone(&self.outbound),
+            scope: host.outbound(),
+            slots: Arc::new(tokio::sync::Semaphore::new(
+                self.config.outbound.in_flight_per_actor,
+            )),
+            deadline,
+            actor: label,
+        };
         let state = State {
             host,
             id,
             wasi,
             table,
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            outbound,
             limits: Limits {
                 memory_bytes_max: self.config.memory_bytes_max,
                 table_elements_max: self.config.table_elements_max,
             },
-            event_deadline: Instant::now() + self.config.event_time_max,
+            event_deadline: deadline,
             stderr_tail,
         };
         let mut store = Store::new(&self.engine, state);

@@ -1,14 +1,16 @@
 //! The data of one instance's `Store`: the node's host, WASI's context and
 //! resource table, the limits, and the deadline of the event in progress.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmkeep_types::ActorId;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::host::ActorHost;
+use crate::outbound::OutboundHooks;
 use crate::stdio::StderrTail;
 
 pub(crate) struct State {
@@ -16,6 +18,9 @@ pub(crate) struct State {
     pub(crate) id: ActorId,
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
+    pub(crate) http: WasiHttpCtx,
+    /// Sends the guest's outbound HTTP requests (`wasi:http`).
+    pub(crate) outbound: OutboundHooks,
     pub(crate) limits: Limits,
     /// When the event in progress must have finished; checked at each epoch tick.
     pub(crate) event_deadline: Instant,
@@ -30,6 +35,29 @@ impl WasiView for State {
             table: &mut self.table,
         }
     }
+}
+
+impl WasiHttpView for State {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.outbound,
+        }
+    }
+}
+
+/// Longest part of an event's remaining time kept back from a call to
+/// another actor or an outbound request, for the guest to handle its
+/// failure and answer.
+const ANSWER_MARGIN_MAX: Duration = Duration::from_secs(1);
+
+/// How long a call or an outbound request made now may wait: what the
+/// event has left, less a tenth of it (at most a second) kept for the
+/// guest to answer.
+pub(crate) fn wait_before_answer(event_deadline: Instant) -> Duration {
+    let left = event_deadline.saturating_duration_since(Instant::now());
+    left.saturating_sub((left / 10).min(ANSWER_MARGIN_MAX))
 }
 
 /// Per-store limits. Growing beyond them traps with [`MemoryLimitExceeded`]

@@ -53,6 +53,13 @@ pub struct Limits {
     /// together (they live in memory); a write past it fails with a clear
     /// error (ADR 0064). Default: half the machine's memory.
     pub database_memory_bytes_max: usize,
+    /// Largest response body an actor may read from an outbound request
+    /// (ADR 0066).
+    pub outbound_body_bytes_max: usize,
+    /// Outbound requests one actor may have in flight.
+    pub outbound_per_actor_max: usize,
+    /// Outbound requests the node may have in flight.
+    pub outbound_per_node_max: usize,
 }
 
 /// Half the memory of this machine (or of this process's cgroup, when it
@@ -105,6 +112,9 @@ impl Default for Limits {
             forward_time_max: Duration::from_secs(60),
             forward_response_bytes_max: 64 * 1024 * 1024,
             database_memory_bytes_max: half_the_memory(),
+            outbound_body_bytes_max: 16 << 20,
+            outbound_per_actor_max: 16,
+            outbound_per_node_max: 1024,
         }
     }
 }
@@ -142,6 +152,9 @@ pub struct NodeConfig {
     pub tls_ca: Option<PathBuf>,
     /// The app's age identity (`--secrets-identity`, ADR 0016).
     pub secrets_identity: Option<PathBuf>,
+    /// PEM CA certificates trusted by actors' outbound HTTPS besides the
+    /// webpki roots (ADR 0066).
+    pub outbound_ca: Option<PathBuf>,
     /// Client requests must carry their tenant's bearer token.
     pub tenant_tokens: bool,
     /// On SIGTERM, `wasmkeep serve` drains the node (hands every actor to
@@ -183,6 +196,7 @@ impl NodeConfig {
             tls_key: None,
             tls_ca: None,
             secrets_identity: None,
+            outbound_ca: None,
             tenant_tokens: false,
             drain_timeout: Duration::from_secs(30),
             guest_error_detail: false,

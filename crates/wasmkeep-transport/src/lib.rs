@@ -6,10 +6,12 @@
 //! own traits, so the simulation can replace the network.
 
 pub mod client;
+pub mod outbound;
 pub mod stream;
 pub mod tls;
 
 pub use client::{PeerCall, PeerClient};
+pub use outbound::{OutboundClient, OutboundFailure};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -25,6 +27,9 @@ pub enum Error {
     Call { url: String, reason: String },
     #[error("peer call to {url} timed out after {timeout_ms} ms")]
     Timeout { url: String, timeout_ms: u128 },
+    /// An actor's outbound request failed (ADR 0066).
+    #[error("outbound request to {url}: {kind}")]
+    Outbound { url: String, kind: OutboundFailure },
 }
 
 impl Error {

@@ -12,7 +12,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::{Error, Result};
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 

@@ -7,6 +7,7 @@
 pub mod heartbeat;
 pub mod id;
 pub mod keys;
+pub mod outbound;
 pub mod sql;
 
 pub use id::{ActorId, AppName, ClassName, NodeId, TenantName};

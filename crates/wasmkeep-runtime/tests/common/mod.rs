@@ -38,6 +38,7 @@ pub fn small_config() -> RuntimeConfig {
         event_time_max: Duration::from_millis(500),
         instances_max: 16,
         table_elements_max: 20_000,
+        outbound: Default::default(),
     }
 }
 

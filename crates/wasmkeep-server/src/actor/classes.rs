@@ -14,14 +14,16 @@ use sha2::{Digest, Sha256};
 use wasmkeep_bucket::Bucket;
 use wasmkeep_cluster::{Fenced, Outcome};
 use wasmkeep_runtime::Runtime;
+use wasmkeep_types::outbound::AllowList;
 use wasmkeep_types::{ClassName, Keys};
 
 use crate::actor::guest::{GuestClass, GuestEngine, WasmtimeEngine};
 use crate::ops::metrics::Metrics;
 use crate::{Error, Result};
 
-/// Longest `current` record read (a digest and a few limits).
-const CURRENT_BYTES_MAX: usize = 1024;
+/// Longest `current` record read: a digest, a few limits and an
+/// allow-list of up to 64 entries.
+const CURRENT_BYTES_MAX: usize = 32 << 10;
 
 /// A class's database maximum when its deploy names none: as Durable
 /// Objects allow (ADR 0064).
@@ -30,19 +32,22 @@ pub const DATABASE_BYTES_MAX_DEFAULT: u64 = 10 << 30;
 /// Smallest database maximum a deploy may set: a database of a few tables.
 pub const DATABASE_BYTES_MIN: u64 = 64 << 10;
 
-/// What a class's deploy says about each of its actors (ADR 0064). Kept
-/// in the class's `current` record with the version's digest, so a node
-/// reads both at once, and a deploy changes both at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a class's deploy says about each of its actors (ADR 0064, 0066).
+/// Kept in the class's `current` record with the version's digest, so a
+/// node reads both at once, and a deploy changes both at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClassLimits {
     /// Largest database of one actor of the class.
     pub database_bytes_max: u64,
+    /// Where its actors may send HTTP requests; empty: nowhere.
+    pub allow_outbound: Arc<AllowList>,
 }
 
 impl Default for ClassLimits {
     fn default() -> Self {
         Self {
             database_bytes_max: DATABASE_BYTES_MAX_DEFAULT,
+            allow_outbound: Arc::new(AllowList::default()),
         }
     }
 }
@@ -56,12 +61,24 @@ impl ClassLimits {
                 "the database maximum must be at least {DATABASE_BYTES_MIN} bytes, not {database_bytes_max}"
             )));
         }
-        Ok(Self { database_bytes_max })
+        Ok(Self {
+            database_bytes_max,
+            allow_outbound: Arc::new(AllowList::default()),
+        })
+    }
+
+    /// These limits with `allow` as the outbound allow-list.
+    pub fn with_allow_outbound(self, allow: AllowList) -> Self {
+        Self {
+            allow_outbound: Arc::new(allow),
+            ..self
+        }
     }
 }
 
 /// A class's `current` record: the digest of its version on the first line,
-/// then `name value` lines (`database-bytes-max N`). A record of the
+/// then `name value` lines (`database-bytes-max N`, one `allow-outbound
+/// ENTRY` per allow-list entry). A record of the
 /// digest alone (written before ADR 0064) has the default limits; a line
 /// this node does not know is left alone (a newer deploy's).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,10 +89,14 @@ pub struct Current {
 
 impl Current {
     pub fn to_text(&self) -> String {
-        format!(
+        let mut text = format!(
             "{}\ndatabase-bytes-max {}\n",
             self.digest, self.limits.database_bytes_max
-        )
+        );
+        for entry in self.limits.allow_outbound.entries() {
+            text.push_str(&format!("allow-outbound {entry}\n"));
+        }
+        text
     }
 
     pub fn parse(bytes: &[u8]) -> std::result::Result<Self, String> {
@@ -91,16 +112,25 @@ impl Current {
         if digest.is_empty() || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(format!("{digest:?} is not a digest"));
         }
-        let mut limits = ClassLimits::default();
+        let mut database_bytes_max = None;
+        let mut allow = Vec::new();
         for line in lines.map(str::trim).filter(|l| !l.is_empty()) {
-            if let Some(("database-bytes-max", value)) = line.split_once(' ') {
-                let bytes = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("database-bytes-max {value:?} is not a number"))?;
-                limits = ClassLimits::new(Some(bytes)).map_err(|e| e.to_string())?;
+            match line.split_once(' ') {
+                Some(("database-bytes-max", value)) => {
+                    let bytes = value
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("database-bytes-max {value:?} is not a number"))?;
+                    database_bytes_max = Some(bytes);
+                }
+                Some(("allow-outbound", entry)) => allow.push(entry.trim()),
+                _ => {}
             }
         }
+        let allow = AllowList::parse(allow).map_err(|e| e.to_string())?;
+        let limits = ClassLimits::new(database_bytes_max)
+            .map_err(|e| e.to_string())?
+            .with_allow_outbound(allow);
         Ok(Self { digest, limits })
     }
 }
@@ -196,7 +226,18 @@ impl Classes {
     /// What the class's deploy says about each of its actors (the default
     /// for a class this node has not read).
     pub fn limits(&self, class: &ClassName) -> ClassLimits {
-        self.limits.read().get(class).copied().unwrap_or_default()
+        self.limits.read().get(class).cloned().unwrap_or_default()
+    }
+
+    /// The class's outbound allow-list (empty for a class this node has
+    /// not read): asked at each outbound request, so a redeploy applies to
+    /// the next one.
+    pub fn allow_outbound(&self, class: &ClassName) -> Arc<AllowList> {
+        self.limits
+            .read()
+            .get(class)
+            .map(|limits| Arc::clone(&limits.allow_outbound))
+            .unwrap_or_default()
     }
 
     /// The digest of the class's loaded version.
@@ -288,9 +329,34 @@ pub async fn deploy_with(
     Ok(digest)
 }
 
+/// Every deployed class's `current` record, by class name; a record that
+/// does not parse is given with why.
+pub async fn list(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+) -> Result<Vec<(ClassName, std::result::Result<Current, String>)>> {
+    let mut found = Vec::new();
+    for meta in bucket.list(&keys.classes_prefix()).await? {
+        let Some(class) = keys.parse_class_current_key(&meta.key) else {
+            continue;
+        };
+        match bucket.get(&meta.key).await {
+            Ok(object) => found.push((class, Current::parse(&object.bytes))),
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(found)
+}
+
 /// A class's `current` record; `None` when it has none, or one that does
 /// not parse (a deploy writes it anew).
-async fn current(bucket: &dyn Bucket, keys: &Keys, class: &ClassName) -> Result<Option<Current>> {
+pub async fn current(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    class: &ClassName,
+) -> Result<Option<Current>> {
     match bucket.get(&keys.class_current(class)).await {
         Ok(object) => Ok(Current::parse(&object.bytes).ok()),
         Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(None),
@@ -429,6 +495,31 @@ mod tests {
             assert!(Current::parse(bad).is_err(), "{bad:?}");
         }
         assert!(Current::parse(&vec![b'a'; CURRENT_BYTES_MAX + 1]).is_err());
+        assert!(Current::parse(b"ab12\nallow-outbound https://x\n").is_err());
         assert!(ClassLimits::new(Some(DATABASE_BYTES_MIN - 1)).is_err());
+    }
+
+    #[test]
+    fn a_current_record_carries_the_allow_list_one_entry_per_line() {
+        let allow = AllowList::parse(["api.example.com", "*.hooks.example.org:*", "10.0.0.0/8"])
+            .expect("valid entries");
+        let current = Current {
+            digest: "ab12".into(),
+            limits: ClassLimits::default().with_allow_outbound(allow),
+        };
+        assert_eq!(
+            current.to_text(),
+            "ab12\ndatabase-bytes-max 10737418240\nallow-outbound api.example.com\n\
+             allow-outbound *.hooks.example.org:*\nallow-outbound 10.0.0.0/8\n"
+        );
+        assert_eq!(Current::parse(current.to_text().as_bytes()), Ok(current));
+        // Before ADR 0066 there was no such line: nothing is allowed.
+        assert!(
+            Current::parse(b"ab12\ndatabase-bytes-max 65536\n")
+                .expect("parses")
+                .limits
+                .allow_outbound
+                .is_empty()
+        );
     }
 }

@@ -6,8 +6,12 @@
 
 use std::sync::Arc;
 
-use wasmkeep_runtime::{ActorHost, LogLevel, Message, Request, Response, SqlRows, SqlValue};
+use wasmkeep_runtime::{
+    ActorHost, LogLevel, Message, OutboundOutcome, OutboundScope, Request, Response, SqlRows,
+    SqlValue,
+};
 use wasmkeep_store::ActorStore;
+use wasmkeep_types::outbound::AllowList;
 use wasmkeep_types::{ActorId, ClassName};
 
 use crate::actor::socket_table::{Outgoing, SharedSockets};
@@ -51,6 +55,24 @@ impl NodeHost {
         self.outbox
             .iter()
             .any(|(to, out)| *to == id && matches!(out, Outgoing::Close(..)))
+    }
+}
+
+/// An actor's outbound HTTP as its node sees it (ADR 0066): its class's
+/// allow-list as the class's `current` record says now, and the node's
+/// metrics.
+struct ClassOutbound {
+    node: Arc<Node>,
+    class: ClassName,
+}
+
+impl OutboundScope for ClassOutbound {
+    fn allow_list(&self) -> Arc<AllowList> {
+        self.node.classes.allow_outbound(&self.class)
+    }
+
+    fn record(&self, outcome: &OutboundOutcome) {
+        self.node.metrics.outbound(self.class.as_str(), outcome);
     }
 }
 
@@ -234,6 +256,13 @@ impl ActorHost for NodeHost {
                 LogLevel::Error => tracing::error!(%actor, guest = true, "{line}"),
             }
         }
+    }
+
+    fn outbound(&self) -> Arc<dyn OutboundScope> {
+        Arc::new(ClassOutbound {
+            node: Arc::clone(&self.node),
+            class: self.actor.class.clone(),
+        })
     }
 
     fn as_any(&mut self) -> &mut dyn std::any::Any {

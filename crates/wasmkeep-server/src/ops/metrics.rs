@@ -123,6 +123,11 @@ pub struct Metrics {
     pub sockets_closing: AtomicI64,
     bucket_requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     pub bucket_latency: Histogram,
+    /// Actors' outbound HTTP requests by class and outcome (`2xx`...,
+    /// `denied`, `failed`; ADR 0066).
+    outbound_requests: Mutex<BTreeMap<(String, &'static str), u64>>,
+    /// From an outbound request's start to its response's head.
+    pub outbound_latency: Histogram,
 }
 
 impl Metrics {
@@ -138,6 +143,30 @@ impl Metrics {
             .entry((op, outcome))
             .or_default() += 1;
         self.bucket_latency.observe(latency);
+    }
+
+    /// One outbound request of an actor of `class`.
+    pub fn outbound(&self, class: &str, outcome: &wasmkeep_runtime::OutboundOutcome) {
+        use wasmkeep_runtime::OutboundOutcome;
+        let label = match outcome {
+            OutboundOutcome::Answered { status, latency } => {
+                self.outbound_latency.observe(*latency);
+                match status / 100 {
+                    1 => "1xx",
+                    2 => "2xx",
+                    3 => "3xx",
+                    4 => "4xx",
+                    _ => "5xx",
+                }
+            }
+            OutboundOutcome::Denied => "denied",
+            OutboundOutcome::Failed => "failed",
+        };
+        *self
+            .outbound_requests
+            .lock()
+            .entry((class.to_owned(), label))
+            .or_default() += 1;
     }
 
     /// The text exposition format.
@@ -411,6 +440,22 @@ impl Metrics {
             "Bucket call latency.",
             "",
         );
+        let _ = writeln!(
+            out,
+            "# HELP wasmkeep_outbound_requests_total Actors' outbound HTTP requests by class and outcome (status class, denied, failed).\n# TYPE wasmkeep_outbound_requests_total counter"
+        );
+        for ((class, outcome), n) in self.outbound_requests.lock().iter() {
+            let _ = writeln!(
+                out,
+                "wasmkeep_outbound_requests_total{{class=\"{class}\",outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        self.outbound_latency.render(
+            &mut out,
+            "wasmkeep_outbound_seconds",
+            "Outbound HTTP latency, to the response's head.",
+            "",
+        );
         out
     }
 }
@@ -444,7 +489,22 @@ mod tests {
         m.resident_actors.fetch_add(3, Ordering::Relaxed);
         m.event_latency.observe(Duration::from_millis(3));
         m.bucket_request("get", "ok", Duration::from_millis(1));
+        m.outbound(
+            "proxy",
+            &wasmkeep_runtime::OutboundOutcome::Answered {
+                status: 204,
+                latency: Duration::from_millis(2),
+            },
+        );
+        m.outbound("proxy", &wasmkeep_runtime::OutboundOutcome::Denied);
         let text = m.render();
+        assert!(
+            text.contains("wasmkeep_outbound_requests_total{class=\"proxy\",outcome=\"2xx\"} 1")
+        );
+        assert!(
+            text.contains("wasmkeep_outbound_requests_total{class=\"proxy\",outcome=\"denied\"} 1")
+        );
+        assert_eq!(sample(&text, "wasmkeep_outbound_seconds_count"), Some(1.0));
         assert!(text.contains("wasmkeep_http_requests_total{status=\"200\"} 2"));
         assert!(text.contains("wasmkeep_http_requests_total{status=\"503\"} 1"));
         assert_eq!(sample(&text, "wasmkeep_activations_total"), Some(1.0));

@@ -41,6 +41,10 @@ pub enum Command {
     /// Nodes of an app, as their heartbeats say.
     #[command(subcommand)]
     Node(NodeCommand),
+    /// Deployed classes of an app: version, database maximum, outbound
+    /// allow-list.
+    #[command(subcommand)]
+    Class(ClassCommand),
     /// Actors of an app, as the bucket says.
     #[command(subcommand)]
     Actor(ActorCommand),
@@ -78,6 +82,15 @@ pub enum NodeCommand {
     Undrain {
         /// The node id.
         node: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClassCommand {
+    /// Every deployed class, as its `current` record says.
+    List {
         #[command(flatten)]
         view: ViewArgs,
     },
@@ -270,6 +283,20 @@ pub struct NodeArgs {
     /// memory).
     #[arg(long, env = "WASMKEEP_MAX_DATABASE_MEMORY")]
     pub max_database_memory: Option<String>,
+    /// Largest response body an actor may read from an outbound HTTP
+    /// request (default 16 MiB; ADR 0066).
+    #[arg(long, env = "WASMKEEP_MAX_OUTBOUND_BODY_BYTES")]
+    pub max_outbound_body_bytes: Option<String>,
+    /// Outbound HTTP requests one actor may have in flight (default 16).
+    #[arg(long, env = "WASMKEEP_MAX_OUTBOUND_PER_ACTOR")]
+    pub max_outbound_per_actor: Option<String>,
+    /// Outbound HTTP requests this node may have in flight (default 1024).
+    #[arg(long, env = "WASMKEEP_MAX_OUTBOUND_PER_NODE")]
+    pub max_outbound_per_node: Option<String>,
+    /// PEM CA certificates that actors' outbound HTTPS trusts besides the
+    /// webpki roots (a private CA).
+    #[arg(long, env = "WASMKEEP_OUTBOUND_CA")]
+    pub outbound_ca: Option<PathBuf>,
     /// Longest a connection may take to send a request's head, counted from
     /// its opening or its previous response; slower or idle connections are
     /// closed (default 60s).
@@ -318,6 +345,13 @@ pub struct DeployArgs {
     /// 10 GiB; at least 65536). Redeploying changes it.
     #[arg(long)]
     pub database_max_bytes: Option<u64>,
+    /// Where the class's actors may send HTTP requests: HOST[:PORT]
+    /// (`api.example.com`, `*.example.com`, `*`, `127.0.0.1:8080`,
+    /// `10.0.0.0/8`; without a port only 80/443), repeatable. Nothing
+    /// without it; a private or loopback address only when listed as an
+    /// address or network (ADR 0066). Redeploying replaces the list.
+    #[arg(long = "allow-outbound", value_name = "HOST[:PORT]")]
+    pub allow_outbound: Vec<String>,
 }
 
 /// Parses `250ms`, `3s`, `2m`, `1h`; a bare number is seconds.

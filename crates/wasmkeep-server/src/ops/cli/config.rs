@@ -217,6 +217,7 @@ pub(super) fn node_config(
     config.tls_key = path(&args.tls_key, "tls_key");
     config.tls_ca = path(&args.tls_ca, "tls_ca");
     config.secrets_identity = path(&args.secrets_identity, "secrets_identity");
+    config.outbound_ca = path(&args.outbound_ca, "outbound_ca");
     if let Some(text) = file.pick(args.tenant_tokens.as_ref(), "tenant_tokens") {
         config.tenant_tokens = match text.trim() {
             "true" | "yes" | "on" | "1" => true,
@@ -333,6 +334,21 @@ pub(super) fn node_config(
             "max_sockets_per_actor",
             &mut limits.sockets_per_actor_max,
         ),
+        (
+            &args.max_outbound_body_bytes,
+            "max_outbound_body_bytes",
+            &mut limits.outbound_body_bytes_max,
+        ),
+        (
+            &args.max_outbound_per_actor,
+            "max_outbound_per_actor",
+            &mut limits.outbound_per_actor_max,
+        ),
+        (
+            &args.max_outbound_per_node,
+            "max_outbound_per_node",
+            &mut limits.outbound_per_node_max,
+        ),
     ] {
         count(flag.as_ref(), key, target)?;
     }
@@ -364,6 +380,12 @@ pub(super) fn runtime_config_for(config: &NodeConfig) -> RuntimeConfig {
         // instance while new ones activate.
         instances_max: u32::try_from(config.actors_max * 2 + 64).unwrap_or(u32::MAX),
         event_time_max: config.limits.event_time_max,
+        outbound: wasmkeep_runtime::OutboundConfig {
+            body_bytes_max: config.limits.outbound_body_bytes_max as u64,
+            in_flight_per_actor: config.limits.outbound_per_actor_max,
+            in_flight_per_node: config.limits.outbound_per_node_max,
+            extra_ca: config.outbound_ca.clone(),
+        },
         ..RuntimeConfig::default()
     }
 }

@@ -47,7 +47,9 @@ pub(super) async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
         instances_max: 1,
         ..RuntimeConfig::default()
     })?;
-    let limits = classes::ClassLimits::new(args.database_max_bytes)?;
+    let allow =
+        wasmkeep_types::outbound::AllowList::parse(args.allow_outbound.iter().map(String::as_str))?;
+    let limits = classes::ClassLimits::new(args.database_max_bytes)?.with_allow_outbound(allow);
     let digest =
         classes::deploy(&*bucket, &Keys::new(&app), &class, bytes, limits, &runtime).await?;
     write_stdout(&format!("{class} {digest}\n"));
@@ -62,6 +64,9 @@ pub(super) fn write_stdout(text: &str) {
     let _ = out.flush();
 }
 
+/// The examples `wasmkeep dev` deploys when it is given no component.
+const BUNDLED: [&str; 3] = ["counter", "chat", "proxy"];
+
 /// Finds the bundled examples: `--guests-dir`, else `<exe dir>/../wasm`.
 fn bundled_components(guests_dir: Option<&Path>) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let dir = match guests_dir {
@@ -75,7 +80,7 @@ fn bundled_components(guests_dir: Option<&Path>) -> anyhow::Result<Vec<(String, 
         }
     };
     let mut found = Vec::new();
-    for class in ["counter", "chat"] {
+    for class in BUNDLED {
         let path = dir.join(format!("{class}.wasm"));
         if !path.is_file() {
             bail!(
@@ -120,16 +125,15 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
     for (class, path) in components {
         let class = ClassName::new(class)?;
         let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        let digest = classes::deploy(
-            &*bucket,
-            &keys,
-            &class,
-            bytes,
-            classes::ClassLimits::default(),
-            &runtime,
-        )
-        .await
-        .with_context(|| format!("deploying {}", path.display()))?;
+        // A class deployed before keeps its limits and allow-list (`wasmkeep
+        // deploy --allow-outbound` into this folder), new bytes or not.
+        let limits = match classes::current(&*bucket, &keys, &class).await? {
+            Some(current) => current.limits,
+            None => classes::ClassLimits::default(),
+        };
+        let digest = classes::deploy(&*bucket, &keys, &class, bytes, limits, &runtime)
+            .await
+            .with_context(|| format!("deploying {}", path.display()))?;
         tracing::info!(%class, %digest, path = %path.display(), "deployed");
         classes_deployed.push(class);
     }
@@ -152,6 +156,9 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
                     ));
                     text.push_str(&format!("  curl http://{addr}/demo/chat/lobby/history\n"));
                 }
+                "proxy" => text.push_str(&format!(
+                    "  curl 'http://{addr}/demo/proxy/p1/fetch?url=https%3A%2F%2Fexample.com%2F'   (denied until: wasmkeep deploy proxy target/wasm/proxy.wasm --bucket {bucket_note} --allow-outbound example.com)\n"
+                )),
                 other => text.push_str(&format!("  curl http://{addr}/demo/{other}/some-name/\n")),
             }
         }

@@ -1,5 +1,5 @@
 //! The `wasmkeep` command line: `dev`, `serve`, `deploy`, and the
-//! operator views `node list`, `actor list`, `actor inspect`. Every flag can
+//! operator views `node list`, `class list`, `actor list`, `actor inspect`. Every flag can
 //! also come from an environment variable `WASMKEEP_<FLAG>` or from a TOML
 //! file given with `--config` (flag > environment > file > default).
 //! Data goes to stdout, everything else to stderr.
@@ -8,7 +8,7 @@
 //! `args` (the clap definitions, `parse_duration`), `config` (the
 //! layers of a node's configuration and their checks), `dev` (`dev`,
 //! `serve`, `deploy`, opening the bucket, `write_stdout`), `views`
-//! (`node list`, `actor list`, `actor inspect`), `data` (`actor sql`,
+//! (`node list`, `class list`, `actor list`, `actor inspect`), `data` (`actor sql`,
 //! `actor export`: an actor's data read from the bucket), `control` (the
 //! commands that write control keys: `node drain` / `undrain`, `actor
 //! move`, `actor delete`, and their `--wait`). This file dispatches a
@@ -22,14 +22,14 @@ mod dev;
 mod views;
 
 pub use args::{
-    ActorCommand, Cli, Command, DeployArgs, DevArgs, LogFormat, NodeArgs, NodeCommand, ServeArgs,
-    ViewArgs, parse_duration,
+    ActorCommand, ClassCommand, Cli, Command, DeployArgs, DevArgs, LogFormat, NodeArgs,
+    NodeCommand, ServeArgs, ViewArgs, parse_duration,
 };
 pub use config::warn_misspelt_env;
 use control::{actor_delete, actor_move, node_drain, node_undrain};
 use data::{actor_export, actor_sql};
 use dev::{deploy, dev, serve};
-use views::{actor_inspect, actor_list, node_list};
+use views::{actor_inspect, actor_list, class_list, node_list};
 
 pub fn init_logging(format: Option<LogFormat>) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
@@ -53,6 +53,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(args).await,
         Command::Deploy(args) => deploy(args).await,
         Command::Node(NodeCommand::List { view }) => node_list(view).await,
+        Command::Class(ClassCommand::List { view }) => class_list(view).await,
         Command::Node(NodeCommand::Drain {
             node,
             wait,

@@ -1,5 +1,5 @@
-//! The read-only operator views: `node list`, `actor list`, `actor
-//! inspect`, as tables or JSON, and what they share with the operator
+//! The read-only operator views: `node list`, `class list`, `actor list`,
+//! `actor inspect`, as tables or JSON, and what they share with the operator
 //! commands (opening an existing bucket for a view, telling a deleted
 //! actor from a live one). It never writes to the bucket.
 
@@ -104,6 +104,78 @@ pub(super) async fn node_list(view: ViewArgs) -> anyhow::Result<()> {
             "ACTORS",
             "HEARTBEAT AGE",
         ],
+        &cells,
+    ));
+    Ok(())
+}
+
+/// One deployed class as `class list --json` shows it.
+#[derive(serde::Serialize)]
+struct ClassRow {
+    class: String,
+    digest: Option<String>,
+    database_bytes_max: Option<u64>,
+    allow_outbound: Vec<String>,
+    /// Why the class's `current` record does not parse, when it does not.
+    error: Option<String>,
+}
+
+pub(super) async fn class_list(view: ViewArgs) -> anyhow::Result<()> {
+    let (bucket, keys, _) = open_view(&view).await?;
+    let rows: Vec<ClassRow> = crate::actor::classes::list(&*bucket, &keys)
+        .await?
+        .into_iter()
+        .map(|(class, current)| match current {
+            Ok(current) => ClassRow {
+                class: class.to_string(),
+                digest: Some(current.digest),
+                database_bytes_max: Some(current.limits.database_bytes_max),
+                allow_outbound: current
+                    .limits
+                    .allow_outbound
+                    .entries()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+                error: None,
+            },
+            Err(why) => ClassRow {
+                class: class.to_string(),
+                digest: None,
+                database_bytes_max: None,
+                allow_outbound: Vec::new(),
+                error: Some(why),
+            },
+        })
+        .collect();
+    if view.json {
+        write_stdout(&json_text(&rows)?);
+        return Ok(());
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| match (&r.digest, &r.error) {
+            (Some(digest), _) => vec![
+                r.class.clone(),
+                digest.chars().take(12).collect(),
+                r.database_bytes_max
+                    .map_or_else(String::new, |b| b.to_string()),
+                if r.allow_outbound.is_empty() {
+                    "(nothing)".to_owned()
+                } else {
+                    r.allow_outbound.join(" ")
+                },
+            ],
+            (None, error) => vec![
+                r.class.clone(),
+                format!("unreadable record: {}", error.as_deref().unwrap_or("")),
+                String::new(),
+                String::new(),
+            ],
+        })
+        .collect();
+    write_stdout(&table(
+        &["CLASS", "VERSION", "DATABASE MAX", "OUTBOUND"],
         &cells,
     ));
     Ok(())
