@@ -1,5 +1,7 @@
 //! The SDK's one error type: what a host import refused, or what a row did not hold.
 
+use crate::outbound::OutboundError;
+
 /// Every failure an SDK call can report. Host errors carry the host's message unchanged.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
@@ -32,6 +34,10 @@ pub enum Error {
     /// The request was malformed (a query parameter, a path parameter, the body).
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// An outbound HTTP request ([`crate::outbound`]) failed; the text is the
+    /// [`OutboundError`]'s own.
+    #[error(transparent)]
+    Outbound(#[from] OutboundError),
 }
 
 impl Error {
@@ -41,12 +47,18 @@ impl Error {
         matches!(self, Error::Sql(message) if message.contains("no such table"))
     }
 
-    /// The HTTP status that fits this error when it ends a request.
+    /// The HTTP status that fits this error when it ends a request. An
+    /// outbound request the upstream did not answer is a `502` (`504` when
+    /// the time ran out); one the actor built wrong (its URL, a header) is
+    /// the actor's own error, a `500`.
     pub fn status(&self) -> u16 {
         match self {
             Error::BadRequest(_) => 400,
             Error::NoRows => 404,
             Error::Call { .. } => 502,
+            Error::Outbound(OutboundError::Timeout) => 504,
+            Error::Outbound(OutboundError::InvalidUrl(_) | OutboundError::InvalidRequest(_)) => 500,
+            Error::Outbound(_) => 502,
             _ => 500,
         }
     }

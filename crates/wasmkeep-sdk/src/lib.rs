@@ -87,6 +87,7 @@
 //! - [`sql`]: `execute`, `query_row::<(i64, String)>`, [`params!`].
 //! - [`alarm`]: `get`, `set_at`, `set_in`, `clear`.
 //! - [`sockets`]: `send_text`, `broadcast_text`, `set_tag`, `tag`, `list`, `close`.
+//! - [`outbound`]: HTTP requests to the outside world, `outbound::Request::get(url).send()`.
 //! - [`actors::call`], [`secrets::get`], [`log`], [`id`].
 
 pub mod actors;
@@ -94,6 +95,7 @@ pub mod alarm;
 mod error;
 pub mod http;
 pub mod log;
+pub mod outbound;
 pub mod router;
 pub mod secrets;
 pub mod sockets;
@@ -101,6 +103,7 @@ pub mod sql;
 
 pub use error::{Error, Result};
 pub use http::{IntoResponse, Request, Response};
+pub use outbound::OutboundError;
 pub use router::{Params, Router};
 pub use sockets::Message;
 
