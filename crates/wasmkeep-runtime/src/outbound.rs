@@ -162,6 +162,19 @@ impl WasiHttpHooks for OutboundHooks {
                 latency: started.elapsed(),
             });
             let body_bytes_max = node.config.body_bytes_max;
+            // A body declared too large fails the request itself, so the
+            // guest sees the error code; one that turns out too large while
+            // it is read fails the read (wasi:http 0.2 gives a read error
+            // no code: the guest sees the message).
+            let declared = response
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if declared.is_some_and(|length| length > body_bytes_max) {
+                tracing::info!(%actor, %url, ?declared, limit = body_bytes_max, "outbound response refused: its body is larger than the node allows");
+                return Err(HttpError::HttpResponseBodySize(Some(body_bytes_max)));
+            }
             let response = response.map(|incoming| {
                 WasiBody::new(CappedBody {
                     inner: incoming,

@@ -1,6 +1,6 @@
 //! An upstream for actors' outbound HTTP (ADR 0066): a small HTTP server
 //! and an HTTPS one with a certificate of a test CA, both on loopback, run
-//! in the test's process. Routes: `GET /hello`, `GET /big` (1 MiB),
+//! in the test's process. Routes: `GET /hello`, `GET /big` (1 MiB), `GET /big-chunked` (1 MiB, no length),
 //! `GET /slow` (answers once the test calls [`Upstream::release`], or after
 //! a minute), `POST /echo`. Counts the requests it receives.
 
@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -139,18 +140,26 @@ where
 async fn answer(
     request: Request<Incoming>,
     shared: Arc<Shared>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
     shared.hits.fetch_add(1, Ordering::SeqCst);
     let reply = |status: u16, body: Bytes| {
         Response::builder()
             .status(status)
             .header("content-type", "text/plain")
-            .body(Full::new(body))
+            .body(Full::new(body).boxed())
             .unwrap()
     };
     Ok(match (request.method().as_str(), request.uri().path()) {
         ("GET", "/hello") => reply(200, Bytes::from_static(HELLO.as_bytes())),
         ("GET", "/big") => reply(200, Bytes::from(vec![b'x'; BIG_BYTES])),
+        ("GET", "/big-chunked") => {
+            // No content-length: the size shows only while the body is read.
+            let chunks = (0..BIG_BYTES / 4096).map(|_| {
+                Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from(vec![b'y'; 4096])))
+            });
+            let body = http_body_util::StreamBody::new(futures::stream::iter(chunks));
+            return Ok(Response::builder().status(200).body(body.boxed()).unwrap());
+        }
         ("GET", "/slow") => {
             shared.slow_waiting.fetch_add(1, Ordering::SeqCst);
             let mut released = shared.released.subscribe();
