@@ -56,9 +56,10 @@ impl OutboundScope for DenyAll {
 pub struct OutboundConfig {
     /// Largest response body a guest may read, in bytes.
     pub body_bytes_max: u64,
-    /// Requests one actor may have in flight (to the end of their bodies).
+    /// Requests one actor may have in flight (to the end of their bodies);
+    /// one more fails at once.
     pub in_flight_per_actor: usize,
-    /// Requests the node may have in flight.
+    /// Requests the node may have in flight; one more fails at once.
     pub in_flight_per_node: usize,
     /// A PEM file of CA certificates trusted besides the webpki roots.
     pub extra_ca: Option<std::path::PathBuf>,
@@ -127,18 +128,10 @@ impl WasiHttpHooks for OutboundHooks {
                 scope.record(&OutboundOutcome::Failed);
                 return Err(HttpError::ConnectionLimitReached);
             };
-            let node_permit = match tokio::time::timeout_at(
-                deadline,
-                Arc::clone(&node.slots).acquire_owned(),
-            )
-            .await
-            {
-                Ok(Ok(permit)) => permit,
-                Ok(Err(_)) | Err(_) => {
-                    tracing::warn!(%actor, %url, limit = node.config.in_flight_per_node, "outbound request refused: the node has its most requests in flight");
-                    scope.record(&OutboundOutcome::Failed);
-                    return Err(HttpError::ConnectionLimitReached);
-                }
+            let Ok(node_permit) = Arc::clone(&node.slots).try_acquire_owned() else {
+                tracing::warn!(%actor, %url, limit = node.config.in_flight_per_node, "outbound request refused: the node has its most requests in flight");
+                scope.record(&OutboundOutcome::Failed);
+                return Err(HttpError::ConnectionLimitReached);
             };
             let allow = scope.allow_list();
             let started = Instant::now();

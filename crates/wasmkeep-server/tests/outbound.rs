@@ -227,3 +227,55 @@ fn a_malformed_allow_list_entry_is_refused_and_changes_nothing() {
     assert_eq!(class_list(dir.path()), before);
     drop(server);
 }
+
+/// `--max-outbound-per-node`: a request past it fails at once, clearly;
+/// the place comes back when the request in flight ends.
+#[test]
+fn requests_past_the_nodes_limit_in_flight_fail_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = Upstream::start(dir.path());
+    common::ok(&deploy_allowing(dir.path(), &[&format!("127.0.0.1:{}", up.port)]));
+    let proxy = format!("proxy={}", guest("proxy").display());
+    let bucket = folder_bucket(dir.path());
+    let server = Server::start(
+        dir.path(),
+        &[
+            "dev",
+            "--bucket",
+            &bucket,
+            &proxy,
+            "--max-outbound-per-node",
+            "1",
+        ],
+    );
+    let hello = format!("http://127.0.0.1:{}/hello", up.port);
+    assert_eq!(fetch(&server, "a", &hello).status, 200);
+    // One actor's request holds the node's one place...
+    let addr = server.addr.clone();
+    let slow = format!("http://127.0.0.1:{}/slow", up.port);
+    let holder = std::thread::spawn(move || {
+        common::request(
+            &addr,
+            "GET",
+            &format!("/t/proxy/holder/fetch?url={}", encode(&slow)),
+            &[],
+            b"",
+        )
+    });
+    while up.slow_waiting() == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // ... so another actor's fails at once.
+    let refused = fetch(&server, "b", &hello);
+    assert_eq!(refused.status, 502, "{}", refused.text());
+    assert!(
+        refused.text().contains("ConnectionLimitReached"),
+        "{}",
+        refused.text()
+    );
+    up.release();
+    let held = holder.join().unwrap();
+    assert_eq!((held.status, held.text()), (200, "slow answer".to_owned()));
+    // The place is back.
+    assert_eq!(fetch(&server, "b", &hello).status, 200);
+}

@@ -287,10 +287,12 @@ pub struct NodeArgs {
     /// request (default 16 MiB; ADR 0066).
     #[arg(long, env = "WASMKEEP_MAX_OUTBOUND_BODY_BYTES")]
     pub max_outbound_body_bytes: Option<String>,
-    /// Outbound HTTP requests one actor may have in flight (default 16).
+    /// Outbound HTTP requests one actor may have in flight; one more fails
+    /// at once (default 16).
     #[arg(long, env = "WASMKEEP_MAX_OUTBOUND_PER_ACTOR")]
     pub max_outbound_per_actor: Option<String>,
-    /// Outbound HTTP requests this node may have in flight (default 1024).
+    /// Outbound HTTP requests this node may have in flight; one more fails
+    /// at once (default 1024).
     #[arg(long, env = "WASMKEEP_MAX_OUTBOUND_PER_NODE")]
     pub max_outbound_per_node: Option<String>,
     /// PEM CA certificates that actors' outbound HTTPS trusts besides the
