@@ -6,6 +6,9 @@
 //   GET  /value          the count (0 before the first increment)
 //   POST /alarm?in_ms=N  set the alarm N ms ahead; returns its time (ms since the epoch)
 //   GET  /alarms         how many times the alarm has fired
+//   GET  /fetch?url=U    fetch() U (outbound HTTP: only what the class's
+//                        deploy allows, ADR 0066); answers its status and body,
+//                        or 502 with the error
 //   WebSocket /ws        each text message "inc" is answered with the new count;
 //                        any other message is echoed back
 //
@@ -35,6 +38,7 @@ const HELP = `counter actor (JavaScript)
   GET  /value            the count
   POST /alarm?in_ms=N    set the alarm N ms ahead; returns its time (ms since the epoch)
   GET  /alarms           how many times the alarm has fired
+  GET  /fetch?url=U      fetch() U; its status and body
   WebSocket /ws          send "inc", receive the new count
 `;
 
@@ -135,11 +139,31 @@ function route(method, path, queryString) {
   return text('not found\n', 404);
 }
 
+// GET /fetch?url=U: an outbound request with the standard fetch().
+async function fetchRoute(queryString) {
+  const url = queryParam(queryString, 'url');
+  if (!url) return text('bad request: missing query parameter url\n', 400);
+  try {
+    const upstream = await fetch(url);
+    const body = new Uint8Array(await upstream.arrayBuffer());
+    return {
+      status: upstream.status,
+      headers: [['content-type', upstream.headers.get('content-type') || 'application/octet-stream']],
+      body,
+    };
+  } catch (err) {
+    return text(`outbound request failed: ${errorText(err)}`, 502);
+  }
+}
+
 export const handler = {
-  handle(request) {
+  // An async export: componentize-js runs the event loop until the
+  // returned promise settles, which fetch() needs.
+  async handle(request) {
     const at = request.path.indexOf('?');
     const path = at < 0 ? request.path : request.path.slice(0, at);
     const queryString = at < 0 ? '' : request.path.slice(at + 1);
+    if (request.method === 'GET' && path === '/fetch') return fetchRoute(queryString);
     try {
       return route(request.method, path, queryString);
     } catch (err) {

@@ -22,8 +22,8 @@ cd "$HERE"
 if ! [ -x node_modules/.bin/componentize-js ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   npm ci --no-audit --no-fund
 fi
-# --disable http fetch-event: otherwise the component imports wasi:http,
-# which the host does not link.
+# http stays enabled: fetch() is wasi:http/outgoing-handler, which the host
+# links (ADR 0066). fetch-event (an incoming-handler export) is not ours.
 npx --no-install componentize-js actor.js --wit "$ROOT/wit" --world-name actor \
-  --disable http fetch-event -o "$out"
+  --disable fetch-event -o "$out"
 echo "counter-js: built $out ($(stat -c %s "$out") bytes)" >&2

@@ -7,6 +7,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "common/upstream.rs"]
+mod upstream;
 
 use std::path::PathBuf;
 
@@ -50,4 +52,45 @@ fn javascript_counter_counts_durably_across_a_restart() {
     let r = server.req("GET", "/demo/counterjs/alice/value");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.text().trim(), "3");
+}
+
+/// `fetch()` in a JavaScript actor is wasi:http underneath: held to its
+/// class's allow-list like any guest (ADR 0066).
+#[test]
+fn javascript_fetch_reaches_only_what_the_class_allows() {
+    let Some(js) = counter_js() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let up = upstream::Upstream::start(dir.path());
+    let bucket = folder_bucket(dir.path());
+    let deploy = |allow: &[&str]| {
+        let mut command = std::process::Command::new(common::BIN);
+        command
+            .args(["deploy", "counterjs", js.to_str().unwrap()])
+            .args(["--bucket", &bucket, "--app", "default"])
+            .args(["--data-dir", common::data_dir().to_str().unwrap()]);
+        for entry in allow {
+            command.args(["--allow-outbound", entry]);
+        }
+        common::ok(&command.output().unwrap());
+    };
+    deploy(&[]);
+    let class = format!("counterjs={}", js.display());
+    let server = Server::start(
+        dir.path(),
+        &["dev", "--bucket", bucket.as_str(), class.as_str(), "--heartbeat", "250ms"],
+    );
+    let hello = format!(
+        "/demo/counterjs/j/fetch?url=http%3A%2F%2F127.0.0.1%3A{}%2Fhello",
+        up.port
+    );
+    let denied = server.req("GET", &hello);
+    assert_eq!(denied.status, 502, "{}", denied.text());
+    assert_eq!(up.hits(), 0);
+
+    deploy(&[&format!("127.0.0.1:{}", up.port)]);
+    server.wait_until("the allow-list reaches the node", |s| {
+        s.req("GET", &hello).status == 200
+    });
+    assert_eq!(server.req("GET", &hello).text(), upstream::HELLO);
+    assert!(up.hits() >= 1);
 }
