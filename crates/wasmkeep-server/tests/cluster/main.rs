@@ -18,8 +18,11 @@ mod drain;
 mod failover;
 mod moves;
 mod node_list;
+mod outbound;
 mod requests;
 mod signing;
+#[path = "../common/upstream.rs"]
+mod upstream;
 
 use runner::{BucketKind, Cluster, ClusterOptions};
 
@@ -101,6 +104,10 @@ plain_and_tls!(
 );
 plain_and_tls!(
     sigterm_drains_under_load => crate::drain::sigterm_drains_under_load,
+    crate::BucketKind::Folder
+);
+plain_and_tls!(
+    a_drain_waits_for_an_events_outbound_request => crate::outbound::a_drain_waits_for_an_events_outbound_request,
     crate::BucketKind::Folder
 );
 plain_and_tls!(

@@ -36,7 +36,16 @@ pub struct Upstream {
     /// The test CA's certificate (PEM), for `--outbound-ca`.
     pub ca_file: PathBuf,
     shared: Arc<Shared>,
-    runtime: tokio::runtime::Runtime,
+    /// Shut down in the background on drop: an async test may drop it.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl Upstream {
@@ -75,16 +84,19 @@ impl Upstream {
             released,
             slow_waiting: AtomicU64::new(0),
         });
-        let (plain, secure) = runtime.block_on(async {
-            (
-                tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-                tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-            )
-        });
+        // Bound here, served on the runtime: `start` may run inside an async
+        // test, where blocking on another runtime is not allowed.
+        let listener = || {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            listener
+        };
+        let (plain, secure) = (listener(), listener());
         let port = plain.local_addr().unwrap().port();
         let tls_port = secure.local_addr().unwrap().port();
         let s = Arc::clone(&shared);
         runtime.spawn(async move {
+            let plain = tokio::net::TcpListener::from_std(plain).unwrap();
             while let Ok((stream, _)) = plain.accept().await {
                 tokio::spawn(serve(TokioIo::new(stream), Arc::clone(&s)));
             }
@@ -92,6 +104,7 @@ impl Upstream {
         let s = Arc::clone(&shared);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         runtime.spawn(async move {
+            let secure = tokio::net::TcpListener::from_std(secure).unwrap();
             while let Ok((stream, _)) = secure.accept().await {
                 let acceptor = acceptor.clone();
                 let s = Arc::clone(&s);
@@ -107,7 +120,7 @@ impl Upstream {
             tls_port,
             ca_file,
             shared,
-            runtime,
+            runtime: Some(runtime),
         }
     }
 
