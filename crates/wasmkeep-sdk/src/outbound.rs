@@ -8,10 +8,11 @@
 //!
 //! - **Nothing is allowed until the class allows it.** The host checks every
 //!   request against the class's allow-list, set when the class is deployed:
-//!   `wasmkeep deploy CLASS FILE --allow-outbound HOST[:PORT]`.
+//!   `wasmkeep deploy CLASS FILE --allow-outbound HOST[:PORT]` (repeatable).
 //!   Any other host is refused with [`OutboundError::Denied`]; a host name
 //!   that resolves to a private or loopback address is refused with
-//!   [`OutboundError::AddressProhibited`] unless the allow-list names it.
+//!   [`OutboundError::AddressProhibited`] unless the allow-list also lists
+//!   that address or its network (`10.0.0.0/8`).
 //! - **A request is not undone.** The request leaves when `send` is called,
 //!   not when the event commits: if the event then fails, or its writes roll
 //!   back (a trap, a SQL error, a lost hand-over), the upstream has still
