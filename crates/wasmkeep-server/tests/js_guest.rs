@@ -77,7 +77,14 @@ fn javascript_fetch_reaches_only_what_the_class_allows() {
     let class = format!("counterjs={}", js.display());
     let server = Server::start(
         dir.path(),
-        &["dev", "--bucket", bucket.as_str(), class.as_str(), "--heartbeat", "250ms"],
+        &[
+            "dev",
+            "--bucket",
+            bucket.as_str(),
+            class.as_str(),
+            "--heartbeat",
+            "250ms",
+        ],
     );
     let hello = format!(
         "/demo/counterjs/j/fetch?url=http%3A%2F%2F127.0.0.1%3A{}%2Fhello",

@@ -234,7 +234,10 @@ fn a_malformed_allow_list_entry_is_refused_and_changes_nothing() {
 fn requests_past_the_nodes_limit_in_flight_fail_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let up = Upstream::start(dir.path());
-    common::ok(&deploy_allowing(dir.path(), &[&format!("127.0.0.1:{}", up.port)]));
+    common::ok(&deploy_allowing(
+        dir.path(),
+        &[&format!("127.0.0.1:{}", up.port)],
+    ));
     let proxy = format!("proxy={}", guest("proxy").display());
     let bucket = folder_bucket(dir.path());
     let server = Server::start(

@@ -104,7 +104,9 @@ async fn body(c: &mut Cluster) -> anyhow::Result<()> {
         answered.node()
     );
     wait_for_drain_word(c, &n0, "drained").await?;
-    let last = c.send_retrying(1, "GET", "/t/proxy/p/last", deadline).await?;
+    let last = c
+        .send_retrying(1, "GET", "/t/proxy/p/last", deadline)
+        .await?;
     ensure!(
         last.text() == format!("200 {slow_url}") && last.node() == Some(n1.as_str()),
         "after the drain: {} from {:?}",
