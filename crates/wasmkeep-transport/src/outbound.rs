@@ -225,15 +225,20 @@ where
         .await
         .map_err(|e| OutboundFailure::Connect(e.to_string()))?;
     let mut connection: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(connection);
+    let send = sender.send_request(request);
+    tokio::pin!(send);
     let response = tokio::select! {
-        response = sender.send_request(request) => response
-            .map_err(|e| OutboundFailure::Http(e.to_string()))?,
+        biased;
+        response = &mut send => response.map_err(|e| OutboundFailure::Http(e.to_string()))?,
         ended = &mut connection => {
-            let why = match ended {
-                Ok(()) => "the server closed the connection".to_owned(),
-                Err(e) => e.to_string(),
-            };
-            return Err(OutboundFailure::Http(why));
+            ended.map_err(|e| OutboundFailure::Http(e.to_string()))?;
+            // The server closed the connection after its answer
+            // (`connection: close`): the answer, if one came, is delivered.
+            let response = send
+                .await
+                .map_err(|e| OutboundFailure::Http(e.to_string()))?;
+            let done: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async { Ok(()) });
+            return Ok((response, done));
         }
     };
     Ok((response, connection))
