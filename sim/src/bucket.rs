@@ -145,7 +145,7 @@ impl SimBucket {
             && key.starts_with(&self.keys.deletes_prefix())
             && let Ok(actor) = self.keys.parse_delete_key(key)
         {
-            truth.delete_key_removed(&self.node, &actor.to_string());
+            truth.delete_key_removed(&self.node, &actor.to_string(), key);
         }
     }
 }

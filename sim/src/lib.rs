@@ -737,15 +737,20 @@ async fn drain_or_undrain(
 /// Writes a delete key for `actor` (`wasmkeep actor delete`), unless one is
 /// there already.
 async fn write_delete(world: &World, root: &dyn Bucket, actor: &ActorId) {
-    let key = world.keys.delete_key(actor);
-    if root.head(&key).await.is_ok() {
-        return;
+    match root.list(&world.keys.delete_requests_prefix(actor)).await {
+        Ok(pending) if pending.is_empty() => {}
+        _ => return,
     }
     // Before the write: a node may carry the deletion out before the put
-    // returns.
-    world.truth.lock().delete_asked(&actor.to_string());
+    // returns. Every request has a key of its own (ADR 0055).
+    let request = world.truth.lock().next_delete_request();
+    let key = world
+        .keys
+        .delete_key(actor, &format!("{request:x}"))
+        .expect("a hex number is a valid request");
+    world.truth.lock().delete_asked(&actor.to_string(), &key);
     let body = bytes::Bytes::from(format!("delete asked at {}\n", world.wall_ms()));
-    match root.put(&key, body).await {
+    match root.put_if_absent(&key, body).await {
         Ok(_) => world.log(format!("operator: delete {actor}")),
         Err(e) => {
             world.truth.lock().delete_not_asked(&actor.to_string());

@@ -85,10 +85,11 @@ struct Answered {
 }
 
 /// One `wasmkeep actor delete`: when the operator asked (before its key was
-/// written) and when a node removed the key (the deletion ended).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// written), its key, and when a node removed that key (the deletion ended).
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Deletion {
     asked_ms: u128,
+    key: String,
     done_ms: Option<u128>,
 }
 
@@ -130,6 +131,8 @@ pub struct Truth {
     failed_answers: BTreeMap<String, Vec<(u64, u16)>>,
     /// Actor -> its deletions, in order.
     deletions: BTreeMap<String, Vec<Deletion>>,
+    /// Delete requests numbered so far (each key's request).
+    delete_requests: u64,
     /// Actor -> every alarm time a guest set, in order, with the virtual ms
     /// it was set at.
     alarm_sets: BTreeMap<String, Vec<(i64, u128)>>,
@@ -168,6 +171,7 @@ impl Truth {
             failed_answers: BTreeMap::new(),
             answered: BTreeMap::new(),
             deletions: BTreeMap::new(),
+            delete_requests: 0,
             alarm_sets: BTreeMap::new(),
             alarm_acks: BTreeMap::new(),
             alarm_fires: BTreeMap::new(),
@@ -468,14 +472,21 @@ impl Truth {
         self.commit_ms.values().map(Vec::len).sum::<usize>() as u64
     }
 
-    /// The operator is about to write a delete key for `actor`.
-    pub fn delete_asked(&mut self, actor: &str) {
+    /// A number for a delete request that no other request of the run has.
+    pub fn next_delete_request(&mut self) -> u64 {
+        self.delete_requests += 1;
+        self.delete_requests
+    }
+
+    /// The operator is about to write the delete key `key` for `actor`.
+    pub fn delete_asked(&mut self, actor: &str, key: &str) {
         let now = self.now_ms();
         self.deletions
             .entry(actor.to_owned())
             .or_default()
             .push(Deletion {
                 asked_ms: now,
+                key: key.to_owned(),
                 done_ms: None,
             });
     }
@@ -487,14 +498,19 @@ impl Truth {
         }
     }
 
-    /// A node removed the delete key of `actor`: the deletion ended.
-    pub fn delete_key_removed(&mut self, node: &str, actor: &str) {
+    /// A node removed the delete key `key` of `actor`: that deletion ended
+    /// (a late removal of an earlier request's key ends no other).
+    pub fn delete_key_removed(&mut self, node: &str, actor: &str, key: &str) {
         let now = self.now_ms();
-        self.log(node, format!("removed the delete key of {actor}"));
-        if let Some(last) = self.deletions.get_mut(actor).and_then(|d| d.last_mut())
-            && last.done_ms.is_none()
+        let request = key.rsplit('/').next().unwrap_or(key);
+        self.log(node, format!("removed the delete key {request} of {actor}"));
+        if let Some(deletion) = self
+            .deletions
+            .get_mut(actor)
+            .and_then(|d| d.iter_mut().find(|d| d.key == key))
+            && deletion.done_ms.is_none()
         {
-            last.done_ms = Some(now);
+            deletion.done_ms = Some(now);
         }
     }
 
@@ -641,7 +657,7 @@ impl Truth {
         found: u64,
         events: &std::collections::BTreeSet<u64>,
     ) {
-        if let Some(last) = self.deletions.get(actor).and_then(|d| d.last()).copied() {
+        if let Some(last) = self.deletions.get(actor).and_then(|d| d.last()).cloned() {
             self.check_deleted_counter(actor, found, last);
             return;
         }

@@ -671,13 +671,16 @@ async fn one_listing_of_the_control_keys_per_heartbeat_serves_moves_and_deletes(
     let bucket: Arc<dyn Bucket> = Arc::clone(&log) as Arc<dyn Bucket>;
     let keys = Keys::new(&AppName::default_app());
     deploy_counter(&*bucket).await;
-    // Work for both passes: a delete key for an actor nobody holds, and a
-    // move key that names no actor (the move pass deletes it).
+    // Work for both passes: a delete key for an actor nobody holds (and
+    // one in the shape before per-request keys, which a node still carries
+    // out), and a move key that names no actor (the move pass deletes it).
     let deleted = ActorId::parse("demo/counter/gone").unwrap();
-    bucket
-        .put(&keys.delete_key(&deleted), Bytes::new())
-        .await
-        .unwrap();
+    let delete_key = keys.delete_key(&deleted, "1").unwrap();
+    bucket.put(&delete_key, Bytes::new()).await.unwrap();
+    let before_upgrade = ActorId::parse("demo/counter/old").unwrap();
+    let old_key = keys.delete_requests_prefix(&before_upgrade);
+    let old_key = old_key.trim_end_matches('/');
+    bucket.put(old_key, Bytes::new()).await.unwrap();
     let bad_move = format!("{}not-a-move", keys.moves_prefix());
     bucket.put(&bad_move, Bytes::new()).await.unwrap();
 
@@ -716,10 +719,15 @@ async fn one_listing_of_the_control_keys_per_heartbeat_serves_moves_and_deletes(
         );
     }
     // ... and both passes acted on it.
-    assert!(matches!(
-        bucket.get(&keys.delete_key(&deleted)).await,
-        Err(wasmkeep_bucket::Error::NotFound { .. })
-    ));
+    for key in [delete_key.as_str(), old_key] {
+        assert!(
+            matches!(
+                bucket.get(key).await,
+                Err(wasmkeep_bucket::Error::NotFound { .. })
+            ),
+            "{key} was carried out"
+        );
+    }
     assert!(matches!(
         bucket.get(&bad_move).await,
         Err(wasmkeep_bucket::Error::NotFound { .. })
@@ -737,16 +745,14 @@ async fn a_delete_pass_that_may_hold_the_record_gives_it_back() {
     // lost and the read that would tell fails: the acquire reports an
     // error while the record names this node.
     let actor = ActorId::parse("demo/counter/lost").unwrap();
-    bucket
-        .put(&keys.delete_key(&actor), Bytes::new())
-        .await
-        .unwrap();
+    let delete_key = keys.delete_key(&actor, "1").unwrap();
+    bucket.put(&delete_key, Bytes::new()).await.unwrap();
     *log.lose_write.lock() = Some(keys.owner(&actor));
     let a = start(Arc::clone(&bucket), "n1", &key_file).await;
     let lost_at = log.wait_for(|p| p.iter().any(|x| x == "lost")).await.len();
     // The request is withdrawn, so no later pass takes the actor up again:
     // only the pass that failed can give the record back.
-    log.inner.delete(&keys.delete_key(&actor)).await.unwrap();
+    log.inner.delete(&delete_key).await.unwrap();
     // Two peer refreshes after the failure: the next heartbeat's, then the
     // one after it, which comes after that heartbeat's leftovers step.
     let nodes = keys.nodes_prefix();

@@ -114,13 +114,14 @@ proptest! {
         class in "[a-z][a-z0-9-]{0,20}",
         name in "\\PC{1,60}",
         seq in any::<u64>(),
+        request in "[0-9a-f]{1,32}",
     ) {
         let Ok(actor) = ActorId::parse(&format!("{tenant}/{class}/{name}")) else {
             return Ok(());
         };
         let k = keys();
         let node = NodeId::new("n2").expect("valid");
-        prop_assert_eq!(k.parse_delete_key(&k.delete_key(&actor)).expect("delete key"), actor.clone());
+        prop_assert_eq!(k.parse_delete_key(&k.delete_key(&actor, &request).expect("a valid request")).expect("delete key"), actor.clone());
         prop_assert_eq!(k.parse_owner_key(&k.owner(&actor)).expect("owner key"), actor.clone());
         prop_assert_eq!(k.parse_alarm_key(&k.alarm(&actor)).expect("alarm key"), actor.clone());
         prop_assert_eq!(

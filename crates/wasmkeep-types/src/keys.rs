@@ -3,6 +3,7 @@
 //! ```text
 //! apps/<app>/control/move/<tenant>/<class>/<name hex>/<target node>   move key (ADR 0017)
 //! apps/<app>/control/drain/<node>                                     drain request (ADR 0014)
+//! apps/<app>/control/delete/<tenant>/<class>/<name hex>/<request>     delete request (ADR 0055)
 //! apps/<app>/control/tenant-tokens                                    every tenant needs a token (ADR 0059)
 //! apps/<app>/nodes/<node>                                             heartbeat = node lease
 //! apps/<app>/owners/<tenant>/<class>/<name hex>                       ownership record
@@ -95,20 +96,52 @@ impl Keys {
         Ok((actor, target))
     }
 
-    /// `control/delete/<tenant>/<class>/<name hex>`: `wasmkeep actor
-    /// delete` asks for the actor's data to be deleted (ADR 0055).
-    pub fn delete_key(&self, actor: &ActorId) -> String {
-        format!("{}control/delete/{}", self.root, Self::actor_path(actor))
+    /// `control/delete/<tenant>/<class>/<name hex>/<request>`: `wasmkeep
+    /// actor delete` asks for the actor's data to be deleted (ADR 0055).
+    /// Every request has a key of its own (`request`: [`DELETE_REQUEST_MAX`]
+    /// lower-case hex digits at most), so that a node that removes the
+    /// request it carried out can never remove a later one for the same
+    /// actor, however late its removal lands; S3 has no conditional delete
+    /// that could tell them apart under one key.
+    pub fn delete_key(&self, actor: &ActorId, request: &str) -> Result<String, Error> {
+        let key = format!("{}{request}", self.delete_requests_prefix(actor));
+        if !is_delete_request(request) {
+            return Err(invalid(
+                &key,
+                "the request is 1 to 32 lower-case hex digits",
+            ));
+        }
+        Ok(key)
+    }
+
+    /// Every delete request of one actor.
+    pub fn delete_requests_prefix(&self, actor: &ActorId) -> String {
+        format!("{}{}/", self.deletes_prefix(), Self::actor_path(actor))
     }
 
     pub fn deletes_prefix(&self) -> String {
         format!("{}control/delete/", self.root)
     }
 
-    /// Parses a key listed under [`Keys::deletes_prefix`].
+    /// Parses a key listed under [`Keys::deletes_prefix`] into the actor it
+    /// deletes. A key of a version before per-request keys (no `<request>`
+    /// segment) still names its actor: a delete asked before an upgrade is
+    /// carried out after it.
     pub fn parse_delete_key(&self, key: &str) -> Result<ActorId, Error> {
         let rest = self.strip(key, &self.deletes_prefix())?;
-        parse_actor_path(key, rest)
+        let parts: Vec<&str> = rest.split('/').collect();
+        let (tenant, class, name_hex) = match parts[..] {
+            [tenant, class, name_hex] => (tenant, class, name_hex),
+            [tenant, class, name_hex, request] if is_delete_request(request) => {
+                (tenant, class, name_hex)
+            }
+            [_, _, _, _] => {
+                return Err(invalid(key, "the request is 1 to 32 lower-case hex digits"));
+            }
+            _ => return Err(invalid(key, "want <tenant>/<class>/<name hex>/<request>")),
+        };
+        ActorId::from_key_parts(tenant, class, name_hex)
+            .map_err(|_| invalid(key, "actor id does not parse"))
     }
 
     /// `control/tenant-tokens`: while it exists, every node of the app
@@ -286,6 +319,16 @@ fn parse_actor_path(key: &str, rest: &str) -> Result<ActorId, Error> {
         .map_err(|_| invalid(key, "actor id does not parse"))
 }
 
+/// Longest request segment of a delete key.
+pub const DELETE_REQUEST_MAX: usize = 32;
+
+fn is_delete_request(request: &str) -> bool {
+    (1..=DELETE_REQUEST_MAX).contains(&request.len())
+        && request
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 fn invalid(key: &str, reason: &'static str) -> Error {
     Error::InvalidKey {
         key: key.to_owned(),
@@ -339,15 +382,13 @@ mod tests {
         );
         assert_eq!(k.drain(&node), "apps/shop/control/drain/n1");
         assert_eq!(
-            k.delete_key(&a),
-            "apps/shop/control/delete/acme/counter/612f62"
+            k.delete_key(&a, "0a1b").unwrap(),
+            "apps/shop/control/delete/acme/counter/612f62/0a1b"
         );
-        assert_eq!(k.parse_delete_key(&k.delete_key(&a)).unwrap(), a);
-        assert!(
-            k.parse_delete_key("apps/shop/control/delete/acme/counter")
-                .is_err()
+        assert_eq!(
+            k.delete_requests_prefix(&a),
+            "apps/shop/control/delete/acme/counter/612f62/"
         );
-        assert!(k.parse_delete_key(&k.move_key(&a, &node)).is_err());
         assert_eq!(k.node(&node), "apps/shop/nodes/n1");
         assert_eq!(k.owner(&a), "apps/shop/owners/acme/counter/612f62");
         assert_eq!(k.alarm(&a), "apps/shop/alarms/acme/counter/612f62");
@@ -355,6 +396,38 @@ mod tests {
             k.actor_log(&a, 7),
             "apps/shop/actors/acme/counter/612f62/log/00000000000000000007"
         );
+    }
+
+    #[test]
+    fn delete_requests_of_one_actor_have_keys_of_their_own() {
+        let k = keys();
+        let a = actor();
+        let first = k.delete_key(&a, "00ff").unwrap();
+        let second = k.delete_key(&a, "00fe").unwrap();
+        assert_ne!(first, second);
+        assert_eq!(k.parse_delete_key(&first).unwrap(), a);
+        assert_eq!(k.parse_delete_key(&second).unwrap(), a);
+        // A key written before per-request keys still names its actor.
+        assert_eq!(
+            k.parse_delete_key("apps/shop/control/delete/acme/counter/612f62")
+                .unwrap(),
+            a
+        );
+        for bad in ["", "0A", "xyz", "0-1", &"0".repeat(DELETE_REQUEST_MAX + 1)] {
+            assert!(k.delete_key(&a, bad).is_err(), "request {bad:?} accepted");
+            let key = format!("{}{bad}", k.delete_requests_prefix(&a));
+            assert!(k.parse_delete_key(&key).is_err(), "{key} parsed");
+        }
+        assert!(
+            k.parse_delete_key("apps/shop/control/delete/acme/counter")
+                .is_err()
+        );
+        assert!(
+            k.parse_delete_key("apps/shop/control/delete/acme/counter/612f62/00/extra")
+                .is_err()
+        );
+        let node = NodeId::new("n1").unwrap();
+        assert!(k.parse_delete_key(&k.move_key(&a, &node)).is_err());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Deleting one actor (ADR 0055). `wasmkeep actor delete` writes
-//! `control/delete/<tenant>/<class>/<name hex>`; once per heartbeat period
+//! `control/delete/<tenant>/<class>/<name hex>/<request>`; once per heartbeat period
 //! every node looks at those keys (in its one listing of `control/`, with
 //! the move keys). The node that holds the actor hands it
 //! over as for a hibernation ([`Job::Delete`]), and deletes its data while
@@ -7,6 +7,11 @@
 //! and acquires its record itself, with the actor's place in its map held,
 //! so no event opens it meanwhile. Either way the key goes once the data
 //! is gone, and the actor's next event starts an empty one.
+//!
+//! Everything here acts on one request, the key as listed: a node that
+//! carried a request out removes that key and no other, so a removal that
+//! lands late (a paused node, a slow bucket) never takes a later request of
+//! the same actor with it.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -45,6 +50,7 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
             // Queued behind its events; a full mailbox is tried next pass.
             let _ = stub.tx.try_send(Box::new(Job::Delete(Box::new(DeleteKey {
                 node: Arc::downgrade(node),
+                key: item.key,
             }))));
             continue;
         }
@@ -59,17 +65,18 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
         if node.residents.has_stub(&actor) || node.peering.drain.is_active() || moving_away {
             continue;
         }
-        if let Err(e) = delete_unheld(node, &actor).await {
+        if let Err(e) = delete_unheld(node, &actor, &item.key).await {
             tracing::warn!(%actor, error = %e, "deleting the actor failed; the next pass tries again");
         }
     }
 }
 
-/// Deletes an actor that is not resident here, if no other node holds it.
-async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
+/// Carries out the request `key` for an actor that is not resident here,
+/// if no other node holds it.
+async fn delete_unheld(node: &Arc<Node>, actor: &ActorId, key: &str) -> Result<()> {
     // A deletion that ended since the listing leaves nothing to do, and no
     // record is written for nothing.
-    if !requested(node, actor).await {
+    if !requested(node, actor, key).await {
         return Ok(());
     }
     // Held until the end of this function, or of the pass if its time
@@ -92,13 +99,13 @@ async fn delete_unheld(node: &Arc<Node>, actor: &ActorId) -> Result<()> {
     };
     // The listing may be older than a deletion that ended since (and a new
     // actor's first writes): only a standing request is carried out.
-    let deleted = if requested(node, actor).await {
+    let deleted = if requested(node, actor, key).await {
         delete_data(node, actor).await.map(|()| true)
     } else {
         Ok(false)
     };
     if matches!(deleted, Ok(true)) {
-        done(node, actor).await;
+        done(node, actor, key).await;
     }
     if node.peering.ownership.release(actor, &etag).await == LeaseReturn::Failed
         && node.peering.lease.is_valid()
@@ -131,10 +138,10 @@ impl Drop for MayHold<'_> {
     }
 }
 
-/// Whether `actor`'s delete key is still there (a bucket that does not
-/// answer counts as no: the next pass asks again).
-pub(crate) async fn requested(node: &Node, actor: &ActorId) -> bool {
-    match node.bucket.head(&node.keys.delete_key(actor)).await {
+/// Whether the delete request `key` of `actor` still stands (a bucket that
+/// does not answer counts as no: the next pass asks again).
+async fn requested(node: &Node, actor: &ActorId, key: &str) -> bool {
+    match node.bucket.head(key).await {
         Ok(_) => true,
         Err(wasmkeep_bucket::Error::NotFound { .. }) => false,
         Err(e) => {
@@ -144,34 +151,37 @@ pub(crate) async fn requested(node: &Node, actor: &ActorId) -> bool {
     }
 }
 
-/// The actor's data is gone: counts it and removes its delete key.
-pub(crate) async fn done(node: &Node, actor: &ActorId) {
+/// The actor's data is gone: counts it and removes the request `key` that
+/// was carried out (only that one: a later request stands).
+async fn done(node: &Node, actor: &ActorId, key: &str) {
     node.metrics.actors_deleted.fetch_add(1, Ordering::Relaxed);
     tracing::info!(%actor, "actor deleted");
-    if let Err(e) = node.bucket.delete(&node.keys.delete_key(actor)).await {
+    if let Err(e) = node.bucket.delete(key).await {
         tracing::warn!(%actor, error = %e, "removing the delete key failed; the next pass deletes the actor again");
     }
 }
 
-/// The delete key as the actor's mailbox sees it (`mailbox::DeleteOrder`).
-/// Holds its node weakly: a job left in a mailbox must not keep a stopped
-/// node alive.
+/// One delete request as the actor's mailbox sees it
+/// (`mailbox::DeleteOrder`). Holds its node weakly: a job left in a mailbox
+/// must not keep a stopped node alive.
 struct DeleteKey {
     node: Weak<Node>,
+    /// The request's key, as listed.
+    key: String,
 }
 
 #[async_trait::async_trait]
 impl DeleteOrder for DeleteKey {
     async fn stands(&self, actor: &ActorId) -> bool {
         match self.node.upgrade() {
-            Some(node) => requested(&node, actor).await,
+            Some(node) => requested(&node, actor, &self.key).await,
             None => false,
         }
     }
 
     async fn done(&self, actor: &ActorId) {
         if let Some(node) = self.node.upgrade() {
-            done(&node, actor).await;
+            done(&node, actor, &self.key).await;
         }
     }
 }

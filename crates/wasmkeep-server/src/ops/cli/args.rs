@@ -151,7 +151,7 @@ pub enum ActorCommand {
         view: ViewArgs,
     },
     /// Deletes one actor: its database, its alarm and its ownership record
-    /// (writes `control/delete/<tenant>/<class>/<name hex>`; the node that
+    /// (writes `control/delete/<tenant>/<class>/<name hex>/<request>`; the node that
     /// holds it, or any node when none does, deletes it at its next
     /// heartbeat; ADR 0055). Its open WebSockets are closed (1000); its next
     /// event starts an empty actor.

@@ -166,9 +166,13 @@ pub(super) async fn actor_delete(
             view.app
         );
     }
-    let key = keys.delete_key(&actor);
+    // A key of its own for this request (ADR 0055): the node that carries
+    // out an earlier one removes only that one.
+    let request = format!("{:016x}", rand::random::<u64>());
+    let key = keys.delete_key(&actor, &request)?;
+    // If-None-Match: a request never replaces another.
     bucket
-        .put(&key, control_key_body("delete"))
+        .put_if_absent(&key, control_key_body("delete"))
         .await
         .context("writing the delete key")?;
     eprintln!("wasmkeep: delete of {actor} requested");
