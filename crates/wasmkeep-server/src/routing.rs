@@ -160,11 +160,18 @@ impl Node {
     /// hashing on the actor id (which claims it on the first event).
     /// `None` when no eligible peer exists: the node keeps serving.
     async fn drain_route(&self, actor: &ActorId) -> Result<Option<Owner>> {
-        if let Some(holder) = self.peering.ownership.holder(actor).await?
-            && holder != self.node_id
-        {
-            self.peering.hints.learn(actor, &holder);
-            return self.elsewhere(actor, holder).map(Some);
+        match self.peering.ownership.holder(actor).await? {
+            Some(holder) if holder != self.node_id => {
+                self.peering.hints.learn(actor, &holder);
+                return self.elsewhere(actor, holder).map(Some);
+            }
+            // This node's own hold, never released: a hand-over whose log
+            // did not settle keeps it (ADR 0062), and no peer may take the
+            // actor while this node lives. Only an activation here settles
+            // it (it fences the log), so the actor is served here until it
+            // hands over again (ADR 0014).
+            Some(_) => return Ok(None),
+            None => {}
         }
         Ok(self.peering.peers.choose(actor).map(|p| Owner::Elsewhere {
             peer: p.heartbeat.node,

@@ -54,15 +54,21 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
             }))));
             continue;
         }
-        // Being released here, a draining node (it takes no actor), or an
-        // actor this node moves away (it goes to its target, never back
-        // here; ADR 0017): the next pass, or a peer, acts.
+        // Being released here, or an actor this node moves away (it goes
+        // to its target, never back here; ADR 0017): the next pass, or a
+        // peer, acts.
         let moving_away = node
             .peering
             .moves
             .target(&actor)
             .is_some_and(|target| target != node.node_id);
-        if node.residents.has_stub(&actor) || node.peering.drain.is_active() || moving_away {
+        if node.residents.has_stub(&actor) || moving_away {
+            continue;
+        }
+        // A draining node takes no actor, but one whose record it still
+        // holds (a hand-over whose log did not settle, ADR 0062) nobody
+        // else can take while it lives: that one it deletes itself.
+        if node.peering.drain.is_active() && !holds_itself(node, &actor).await {
             continue;
         }
         if let Err(e) = delete_unheld(node, &actor, &item.key).await {
@@ -134,6 +140,18 @@ impl Drop for MayHold<'_> {
                 .peering
                 .leftovers
                 .add(&self.node.metrics, self.actor);
+        }
+    }
+}
+
+/// Whether this node's own hold names `actor` (a bucket that does not
+/// answer counts as no: the next pass asks again).
+async fn holds_itself(node: &Node, actor: &ActorId) -> bool {
+    match node.peering.ownership.holder(actor).await {
+        Ok(holder) => holder.as_ref() == Some(&node.node_id),
+        Err(e) => {
+            tracing::warn!(%actor, error = %e, "reading the ownership record failed");
+            false
         }
     }
 }
