@@ -9,24 +9,13 @@ mod common;
 mod upstream;
 
 use common::{Server, folder_bucket, guest};
-use upstream::{HELLO, Upstream};
+use upstream::{HELLO, Upstream, encode};
 
 /// The SDK's texts for the proxy's 502 answers (`wasmkeep_sdk::outbound`).
 const DENIED: &str = "outbound request denied: the class's allow-list does not list this host";
 const PROHIBITED: &str = "outbound request denied: the host resolves to a private or loopback address that the allow-list does not list";
 const TIMED_OUT: &str = "outbound request timed out";
 const TOO_LARGE: &str = "the response body is larger than the node allows (65536 bytes)";
-
-fn encode(url: &str) -> String {
-    url.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 fn fetch(server: &Server, name: &str, url: &str) -> common::Resp {
     server.req("GET", &format!("/t/proxy/{name}/fetch?url={}", encode(url)))

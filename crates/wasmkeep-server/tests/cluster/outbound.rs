@@ -9,24 +9,13 @@ use anyhow::{Context, ensure};
 
 use crate::drain::{PHASE_TIME_MAX, wait_for_drain_word};
 use crate::runner::{BucketKind, Cluster, ClusterOptions, POLL_PERIOD};
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, encode};
 
 pub async fn a_drain_waits_for_an_events_outbound_request(tls: bool, bucket: BucketKind) {
     let mut options =
         ClusterOptions::new("drain-outbound", bucket, tls).with_class("proxy", "proxy");
     options.nodes = 2;
     crate::run(options, body).await
-}
-
-fn encode(url: &str) -> String {
-    url.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 async fn body(c: &mut Cluster) -> anyhow::Result<()> {

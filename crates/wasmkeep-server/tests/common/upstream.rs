@@ -192,3 +192,8 @@ async fn answer(
         _ => reply(404, Bytes::from_static(b"no such route")),
     })
 }
+
+/// `url` percent-encoded for a query parameter (`/fetch?url=...`).
+pub fn encode(url: &str) -> String {
+    percent_encoding::utf8_percent_encode(url, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
