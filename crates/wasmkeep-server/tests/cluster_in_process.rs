@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use wasmkeep_bucket::{Bucket, MemoryBucket};
 use wasmkeep_cluster::hints::HINT_TTL;
-use wasmkeep_cluster::{OsRandom, Signer, SystemClock};
+use wasmkeep_cluster::{AcquireOutcome, OsRandom, Signer, SystemClock};
 use wasmkeep_runtime::{Runtime, RuntimeConfig};
 use wasmkeep_server::{Node, NodeConfig, Owner, actor::classes, front::http};
 use wasmkeep_types::{ActorId, AppName, ClassName, Keys, NodeId};
@@ -796,4 +796,46 @@ async fn an_activation_whose_acquire_may_have_landed_gives_the_record_back() {
     let r = send(&a.addr, "POST", "/demo/counter/lost/increment", Vec::new()).await;
     assert_eq!((r.status, r.text().trim()), (200, "1"));
     a.node.shutdown(Duration::from_secs(10)).await;
+}
+
+/// A draining node that finds its own hold on an actor's record, with no
+/// stub (as a hand-over whose log did not settle leaves it: ADR 0062),
+/// serves the actor itself, whichever node the client asks: no peer may take
+/// an actor held by a live node, so routing it to one would refuse it until
+/// the node stopped (sim seeds 1796643202, 1796647630).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_node_serves_an_actor_whose_record_it_still_holds() {
+    let (_dir, bucket, a, b) = two_nodes().await;
+    let keys = Keys::new(&AppName::default_app());
+    // Both nodes serve and know each other.
+    for (addr, name) in [(&a.addr, "warm-a"), (&b.addr, "warm-b")] {
+        let r = send_until_served(addr, "POST", &format!("/demo/counter/{name}/increment")).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let actor = ActorId::parse("demo/counter/kept").unwrap();
+    let acquired = a.node.peering.ownership.acquire(&actor).await.unwrap();
+    assert!(
+        matches!(acquired, AcquireOutcome::Acquired { .. }),
+        "{acquired:?}"
+    );
+    bucket
+        .put(
+            &keys.drain(&NodeId::new("n1").unwrap()),
+            Bytes::from_static(b"wasmkeep-drain 1\n"),
+        )
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        if a.node.peering.drain.is_active() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(a.node.peering.drain.is_active(), "n1 drains");
+    let r = send(&a.addr, "POST", "/demo/counter/kept/increment", Vec::new()).await;
+    assert_eq!((r.status, r.text().trim()), (200, "1"), "asked at n1");
+    let r = send(&b.addr, "POST", "/demo/counter/kept/increment", Vec::new()).await;
+    assert_eq!((r.status, r.text().trim()), (200, "2"), "asked at n2");
+    a.node.shutdown(Duration::from_secs(10)).await;
+    b.node.shutdown(Duration::from_secs(10)).await;
 }
