@@ -151,48 +151,109 @@ pub async fn list_nodes(
 }
 
 /// Every actor with data, an ownership record or an alarm, optionally only
-/// those whose id starts with `filter` (`TENANT/` or `TENANT/CLASS/`).
+/// those whose id starts with `filter` (`TENANT/` or `TENANT/CLASS/`), in
+/// the order of their ids as text.
 pub async fn list_actors(
     bucket: &dyn Bucket,
     keys: &Keys,
     lease_ttl: Duration,
     filter: Option<&str>,
 ) -> Result<Vec<ActorRow>> {
-    let nodes: BTreeMap<String, NodeRow> = list_nodes(bucket, keys, lease_ttl)
-        .await?
-        .into_iter()
-        .map(|n| (n.node.clone(), n))
-        .collect();
-    let mut rows: BTreeMap<ActorId, ActorRow> = BTreeMap::new();
-    let blank = |actor: &ActorId| ActorRow {
-        actor: actor.to_string(),
-        owner: None,
-        owner_incarnation: None,
-        hold_valid: false,
-        alarm_ms: None,
-        database_bytes: 0,
-        log_records: 0,
-        snapshots: 0,
-        last_write_unix_s: None,
+    let (rows, _) = list_actors_page(bucket, keys, lease_ttl, filter, None, usize::MAX).await?;
+    Ok(rows)
+}
+
+/// One page of [`list_actors`]: at most `limit` actors whose id (as text)
+/// sorts after `after`, and the id to pass as `after` for the next page
+/// when there are more. Three listings (data, owners, alarms) find every
+/// actor; only the page's own ownership records and alarms are read.
+pub async fn list_actors_page(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    lease_ttl: Duration,
+    filter: Option<&str>,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<ActorRow>, Option<String>)> {
+    struct Found {
+        row: ActorRow,
+        owner_key: Option<String>,
+        alarm_key: Option<String>,
+    }
+    let blank = |actor: &ActorId| Found {
+        row: ActorRow {
+            actor: actor.to_string(),
+            owner: None,
+            owner_incarnation: None,
+            hold_valid: false,
+            alarm_ms: None,
+            database_bytes: 0,
+            log_records: 0,
+            snapshots: 0,
+            last_write_unix_s: None,
+        },
+        owner_key: None,
+        alarm_key: None,
     };
+    let wanted =
+        |id: &str| filter.is_none_or(|f| id.starts_with(f)) && after.is_none_or(|a| id > a);
+    let mut found: BTreeMap<String, Found> = BTreeMap::new();
     for meta in bucket.list(&keys.actors_prefix()).await? {
         let Ok(actor) = keys.parse_actor_data_key(&meta.key) else {
             continue;
         };
-        let row = rows.entry(actor.clone()).or_insert_with(|| blank(&actor));
-        count_data_object(row, &meta);
+        let id = actor.to_string();
+        if wanted(&id) {
+            count_data_object(
+                &mut found.entry(id).or_insert_with(|| blank(&actor)).row,
+                &meta,
+            );
+        }
     }
     for meta in bucket.list(&keys.owners_prefix()).await? {
         let Ok(actor) = keys.parse_owner_key(&meta.key) else {
             continue;
         };
-        let Ok(object) = bucket.get(&meta.key).await else {
+        let id = actor.to_string();
+        if wanted(&id) {
+            found.entry(id).or_insert_with(|| blank(&actor)).owner_key = Some(meta.key);
+        }
+    }
+    for meta in bucket.list(&keys.alarms_prefix()).await? {
+        let Ok(actor) = keys.parse_alarm_key(&meta.key) else {
             continue;
         };
-        let row = rows.entry(actor.clone()).or_insert_with(|| blank(&actor));
-        if let Some(record) = std::str::from_utf8(&object.bytes)
-            .ok()
-            .and_then(OwnershipRecord::parse)
+        let id = actor.to_string();
+        if wanted(&id) {
+            found.entry(id).or_insert_with(|| blank(&actor)).alarm_key = Some(meta.key);
+        }
+    }
+    let more = found.len() > limit;
+    let page: Vec<Found> = found.into_values().take(limit).collect();
+    let next = more
+        .then(|| page.last().map(|f| f.row.actor.clone()))
+        .flatten();
+    let nodes: BTreeMap<String, NodeRow> = if page.iter().any(|f| f.owner_key.is_some()) {
+        list_nodes(bucket, keys, lease_ttl)
+            .await?
+            .into_iter()
+            .map(|n| (n.node.clone(), n))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    let mut rows = Vec::with_capacity(page.len());
+    for Found {
+        mut row,
+        owner_key,
+        alarm_key,
+    } in page
+    {
+        if let Some(key) = owner_key
+            && let Ok(object) = bucket.get(&key).await
+            && let Some(record) = std::str::from_utf8(&object.bytes)
+                .ok()
+                .and_then(OwnershipRecord::parse)
             && record.held
         {
             row.hold_valid = nodes
@@ -201,23 +262,16 @@ pub async fn list_actors(
             row.owner = Some(record.node.to_string());
             row.owner_incarnation = Some(record.incarnation);
         }
+        if let Some(key) = alarm_key
+            && let Ok(object) = bucket.get(&key).await
+        {
+            row.alarm_ms = std::str::from_utf8(&object.bytes)
+                .ok()
+                .and_then(|t| t.trim().parse().ok());
+        }
+        rows.push(row);
     }
-    for meta in bucket.list(&keys.alarms_prefix()).await? {
-        let Ok(actor) = keys.parse_alarm_key(&meta.key) else {
-            continue;
-        };
-        let Ok(object) = bucket.get(&meta.key).await else {
-            continue;
-        };
-        let row = rows.entry(actor.clone()).or_insert_with(|| blank(&actor));
-        row.alarm_ms = std::str::from_utf8(&object.bytes)
-            .ok()
-            .and_then(|t| t.trim().parse().ok());
-    }
-    Ok(rows
-        .into_values()
-        .filter(|r| filter.is_none_or(|f| r.actor.starts_with(f)))
-        .collect())
+    Ok((rows, next))
 }
 
 /// One actor's row, reading only that actor's keys; `None` when the bucket

@@ -172,7 +172,33 @@ pub struct NodeConfig {
     /// now dead, and is taken over at once. `None`: any heartbeat found at
     /// start is watched for a lease TTL first (ADR 0054).
     pub holder: Option<String>,
+    /// The web console at `/_wasmkeep/console` (ADR 0067).
+    pub console: Console,
     pub limits: Limits,
+}
+
+/// Whether the node serves the web console, and to whom (ADR 0067).
+#[derive(Clone, Default)]
+pub enum Console {
+    /// Not served: its paths answer 404.
+    #[default]
+    Off,
+    /// Served to anyone who reaches the listener: only on a loopback
+    /// listener (`wasmkeep dev`'s default).
+    Open,
+    /// Served; its API answers only requests that carry this operator
+    /// token as `Authorization: Bearer`.
+    Token(std::sync::Arc<zeroize::Zeroizing<String>>),
+}
+
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Off => "Off",
+            Self::Open => "Open",
+            Self::Token(_) => "Token(..)",
+        })
+    }
 }
 
 impl NodeConfig {
@@ -201,6 +227,7 @@ impl NodeConfig {
             drain_timeout: Duration::from_secs(30),
             guest_error_detail: false,
             holder: None,
+            console: Console::Off,
             limits: Limits::default(),
         }
     }

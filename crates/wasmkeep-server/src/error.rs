@@ -10,6 +10,10 @@ pub enum Error {
     /// The path is not an actor path nor a `/_wasmkeep/` endpoint.
     #[error("no route for {0}")]
     NoRoute(String),
+    /// What an operator view asked for does not exist (an actor with
+    /// nothing in the bucket, a table it does not have).
+    #[error("not found: {0}")]
+    NotFound(String),
     /// No component is deployed for this class (or this node does not serve it).
     #[error("unknown class {0:?}")]
     UnknownClass(String),
@@ -123,7 +127,7 @@ impl Error {
         match self {
             Error::InvalidName(_) | Error::BadRequest(_) | Error::Component(_) => 400,
             Error::Unauthorized(_) => 401,
-            Error::NoRoute(_) | Error::UnknownClass(_) => 404,
+            Error::NoRoute(_) | Error::NotFound(_) | Error::UnknownClass(_) => 404,
             Error::MethodNotAllowed { .. } => 405,
             Error::BodyTooLarge { .. } => 413,
             Error::BodyStalled { .. } => 408,
@@ -146,6 +150,7 @@ impl Error {
         match self {
             Error::InvalidName(_) => "invalid_name",
             Error::NoRoute(_) => "no_route",
+            Error::NotFound(_) => "not_found",
             Error::UnknownClass(_) => "unknown_class",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
             Error::BodyTooLarge { .. } => "body_too_large",

@@ -30,6 +30,6 @@ pub mod peering;
 pub mod routing;
 pub mod wait_cell;
 
-pub use config::{Limits, NodeConfig};
+pub use config::{Console, Limits, NodeConfig};
 pub use error::{Error, Result};
 pub use node::{Node, Owner, Platform};

@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "console/mod.rs"]
+mod console;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -279,6 +279,13 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
                 &node.metrics.render(),
             ));
         }
+        Route::Console { path } => {
+            let answer =
+                crate::ops::console::answer(node, &path, req.uri().query(), req.headers()).await;
+            let mut response = answer.unwrap_or_else(|e| error_response(&e));
+            crate::ops::console::secure(&mut response);
+            return Ok(response);
+        }
         Route::Actor { actor, path } => (actor, path),
     };
     let method = req.method().as_str().to_owned();

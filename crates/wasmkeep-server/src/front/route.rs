@@ -12,6 +12,11 @@ use crate::{Error, Result};
 pub enum Route {
     Health,
     Metrics,
+    /// The web console (ADR 0067): `path` is what follows
+    /// `/_wasmkeep/console` (`""`, `/`, `/console.js`, `/api/nodes`, ...).
+    Console {
+        path: String,
+    },
     /// An actor; `path` is `/<rest>` plus `?query` when there is one.
     Actor {
         actor: ActorId,
@@ -25,6 +30,13 @@ pub fn route(raw_path: &str, query: Option<&str>) -> Result<Route> {
         "/_wasmkeep/health" => return Ok(Route::Health),
         "/_wasmkeep/metrics" => return Ok(Route::Metrics),
         _ => {}
+    }
+    if let Some(rest) = raw_path.strip_prefix("/_wasmkeep/console")
+        && (rest.is_empty() || rest.starts_with('/'))
+    {
+        return Ok(Route::Console {
+            path: rest.to_owned(),
+        });
     }
     let Some(trimmed) = raw_path.strip_prefix('/') else {
         return Err(Error::NoRoute(raw_path.to_owned()));
@@ -117,6 +129,20 @@ mod tests {
         );
         assert!(matches!(
             route("/_wasmkeep/other/x", None),
+            Err(Error::NoRoute(_))
+        ));
+        for (raw, rest) in [
+            ("/_wasmkeep/console", ""),
+            ("/_wasmkeep/console/", "/"),
+            ("/_wasmkeep/console/api/actors", "/api/actors"),
+        ] {
+            assert_eq!(
+                route(raw, Some("prefix=x")).expect("console"),
+                Route::Console { path: rest.into() }
+            );
+        }
+        assert!(matches!(
+            route("/_wasmkeep/consoles", None),
             Err(Error::NoRoute(_))
         ));
     }

@@ -5,7 +5,9 @@
 
 pub mod admin;
 pub mod cli;
+pub mod console;
 pub mod counting;
 pub mod descriptors;
 pub mod heap;
 pub mod metrics;
+pub mod survey;

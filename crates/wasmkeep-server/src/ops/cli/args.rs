@@ -272,6 +272,16 @@ pub struct NodeArgs {
     /// app's policy in the bucket decides (`wasmkeep tenant policy`).
     #[arg(long, env = "WASMKEEP_TENANT_TOKENS")]
     pub tenant_tokens: Option<String>,
+    /// The web console at /_wasmkeep/console (ADR 0067): `on` or `off`.
+    /// `serve`: on when --console-token-file is given; `dev`: on, without
+    /// a token when it listens on loopback.
+    #[arg(long, env = "WASMKEEP_CONSOLE")]
+    pub console: Option<String>,
+    /// File whose first line is the console's operator token (16 or more
+    /// visible characters); the console's API answers only requests that
+    /// send it as `Authorization: Bearer`.
+    #[arg(long, env = "WASMKEEP_CONSOLE_TOKEN_FILE")]
+    pub console_token_file: Option<PathBuf>,
     /// Longest one event may run before the guest is stopped (default 30s).
     #[arg(long, env = "WASMKEEP_EVENT_TIME_MAX")]
     pub event_time_max: Option<String>,

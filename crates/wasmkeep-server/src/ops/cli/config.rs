@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
@@ -15,7 +16,9 @@ use wasmkeep_runtime::RuntimeConfig;
 use wasmkeep_types::{AppName, ClassName, NodeId};
 
 use super::args::{Cli, NodeArgs, parse_duration};
-use crate::NodeConfig;
+use zeroize::Zeroizing;
+
+use crate::{Console, NodeConfig};
 
 /// Every `WASMKEEP_*` variable a flag reads, in every command.
 fn env_names(command: &clap::Command) -> Vec<String> {
@@ -136,6 +139,8 @@ pub(super) struct Defaults {
     pub(super) bucket: Option<String>,
     pub(super) node_id: String,
     pub(super) listen: &'static str,
+    /// The web console without a token on a loopback listener (`dev`).
+    pub(super) console: bool,
 }
 
 pub(super) fn default_data_dir() -> PathBuf {
@@ -171,6 +176,33 @@ pub(super) fn default_node_id() -> String {
     } else {
         "node-1".to_owned()
     }
+}
+
+/// `true`/`false` (or yes/no, on/off, 1/0) of a switch flag.
+fn parse_switch(flag: &str, text: &str) -> anyhow::Result<bool> {
+    match text.trim() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" => Ok(false),
+        other => bail!("--{flag} {other:?}: use true or false"),
+    }
+}
+
+/// The console's operator token: the first line of `file`, 16 to 256
+/// visible ASCII characters.
+fn read_console_token(file: &Path) -> anyhow::Result<Zeroizing<String>> {
+    let text = Zeroizing::new(
+        std::fs::read_to_string(file)
+            .with_context(|| format!("--console-token-file {}", file.display()))?,
+    );
+    let token = Zeroizing::new(text.lines().next().unwrap_or_default().trim().to_owned());
+    if !(16..=256).contains(&token.len()) || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!(
+            "--console-token-file {}: its first line must be the token, 16 to 256 visible \
+             ASCII characters (e.g. from `openssl rand -hex 24`)",
+            file.display()
+        );
+    }
+    Ok(token)
 }
 
 /// Builds the node configuration and the bucket URL from flags, env and file.
@@ -219,12 +251,22 @@ pub(super) fn node_config(
     config.secrets_identity = path(&args.secrets_identity, "secrets_identity");
     config.outbound_ca = path(&args.outbound_ca, "outbound_ca");
     if let Some(text) = file.pick(args.tenant_tokens.as_ref(), "tenant_tokens") {
-        config.tenant_tokens = match text.trim() {
-            "true" | "yes" | "on" | "1" => true,
-            "false" | "no" | "off" | "0" => false,
-            other => bail!("--tenant-tokens {other:?}: use true or false"),
-        };
+        config.tenant_tokens = parse_switch("tenant-tokens", &text)?;
     }
+    let console_token_file = path(&args.console_token_file, "console_token_file");
+    let console_on = match file.pick(args.console.as_ref(), "console") {
+        Some(text) => parse_switch("console", &text)?,
+        None => defaults.console || console_token_file.is_some(),
+    };
+    config.console = match (console_on, console_token_file) {
+        (false, _) => Console::Off,
+        (true, Some(file)) => Console::Token(Arc::new(read_console_token(&file)?)),
+        (true, None) if listen.ip().is_loopback() => Console::Open,
+        (true, None) => bail!(
+            "--console on: a console on a listener other than loopback needs \
+             --console-token-file (the operator token its API asks for)"
+        ),
+    };
     if config.tls_cert.is_some() != config.tls_key.is_some() {
         bail!("--tls-cert and --tls-key go together");
     }
@@ -410,6 +452,7 @@ mod tests {
                 bucket: None,
                 node_id: "n1".into(),
                 listen: "127.0.0.1:0",
+                console: false,
             },
         )
         .expect("config");
@@ -458,6 +501,7 @@ mod tests {
                 bucket: Some("memory://".into()),
                 node_id: "n1".into(),
                 listen: "127.0.0.1:0",
+                console: false,
             };
             node_config(&args, defaults).map(|(config, _)| config)
         };
@@ -483,6 +527,48 @@ mod tests {
     }
 
     #[test]
+    fn a_console_without_a_token_is_served_on_loopback_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token = dir.path().join("token");
+        std::fs::write(&token, "0123456789abcdef0123\n").expect("write");
+        let config = |listen: &str, console: Option<&str>, token: Option<&Path>| {
+            let args = NodeArgs {
+                bucket: Some("memory://".into()),
+                listen: Some(listen.into()),
+                console: console.map(Into::into),
+                console_token_file: token.map(Path::to_path_buf),
+                ..NodeArgs::default()
+            };
+            let defaults = Defaults {
+                bucket: None,
+                node_id: "n1".into(),
+                listen: "127.0.0.1:0",
+                console: true,
+            };
+            node_config(&args, defaults).map(|(config, _)| config.console)
+        };
+        assert!(matches!(
+            config("127.0.0.1:0", None, None),
+            Ok(Console::Open)
+        ));
+        assert!(matches!(config("[::1]:0", None, None), Ok(Console::Open)));
+        let open_wide = config("0.0.0.0:0", None, None).expect_err("no token, not loopback");
+        assert!(
+            format!("{open_wide:#}").contains("needs --console-token-file"),
+            "{open_wide:#}"
+        );
+        assert!(matches!(
+            config("0.0.0.0:0", Some("off"), None),
+            Ok(Console::Off)
+        ));
+        assert!(matches!(
+            config("0.0.0.0:0", None, Some(&token)),
+            Ok(Console::Token(t)) if t.as_str() == "0123456789abcdef0123"
+        ));
+        assert!(config("127.0.0.1:0", Some("maybe"), None).is_err());
+    }
+
+    #[test]
     fn bad_flags_are_refused() {
         let base = || NodeArgs {
             bucket: Some("memory://".into()),
@@ -492,6 +578,7 @@ mod tests {
             bucket: None,
             node_id: "n1".into(),
             listen: "127.0.0.1:0",
+            console: false,
         };
         let bad: [(&str, NodeArgs); 4] = [
             (

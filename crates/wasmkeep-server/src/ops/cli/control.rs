@@ -15,7 +15,8 @@ use wasmkeep_types::heartbeat::CAPABILITY_TAKE;
 use wasmkeep_types::{Keys, NodeId};
 
 use super::args::{ViewArgs, parse_duration};
-use super::views::{is_erased, open_view};
+use super::views::open_view;
+use crate::ops::survey::{self, is_erased};
 
 /// Pause between two looks at the heartbeats while `node drain --wait` follows.
 const DRAIN_WAIT_POLL: Duration = Duration::from_millis(250);
@@ -243,11 +244,9 @@ pub(super) async fn actor_move(
     const MOVE_SETTLE_READS: u32 = 4;
     // An app with secrets (a recipient) moves actors only to nodes that
     // can open them: the take is refused elsewhere.
-    let app_has_secrets = match bucket.head(&keys.recipient()).await {
-        Ok(_) => true,
-        Err(wasmkeep_bucket::Error::NotFound { .. }) => false,
-        Err(e) => return Err(e).context("reading the app's recipient"),
-    };
+    let app_has_secrets = survey::app_has_secrets(&*bucket, &keys)
+        .await
+        .context("reading the app's recipient")?;
     let deadline = tokio::time::Instant::now() + crate::peering::moves::MOVE_KEY_AGE_MAX;
     let mut settle_reads = 0;
     let mut last = String::new();
@@ -286,27 +285,7 @@ pub(super) async fn actor_move(
             bail!("move of {actor} to node {target}: expired after 5 minutes without happening");
         }
         let nodes = wasmkeep_cluster::inspect::list_nodes(&*bucket, &keys, lease_ttl).await?;
-        let target_row = nodes.iter().find(|r| r.node == target.as_str());
-        let progress = match target_row {
-            None => format!("retrying: node {target} has no heartbeat"),
-            Some(r) if r.stale => format!("retrying: node {target}'s heartbeat is stale"),
-            Some(r) if r.drain != "none" || r.drain_requested => {
-                format!("target refused: node {target} drains; retrying until the key expires")
-            }
-            Some(r) if !r.capabilities.iter().any(|c| c == CAPABILITY_TAKE) => {
-                format!("target refused: node {target} does not advertise take; retrying")
-            }
-            Some(r) if app_has_secrets && !r.secrets => format!(
-                "target refused: node {target} cannot open the app's secrets (start it with \
-                 --secrets-identity); retrying until the key expires"
-            ),
-            Some(_) => match &holder {
-                Some(owner) => {
-                    format!("moving: held by {owner}, waiting for its pass over the key")
-                }
-                None => "moving: nobody holds the actor; waiting for the target's take".to_owned(),
-            },
-        };
+        let progress = survey::move_progress(&nodes, &target, holder.as_deref(), app_has_secrets);
         if progress != last {
             eprintln!("wasmkeep: {actor}: {progress}");
             last = progress;

@@ -102,6 +102,7 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
             bucket: Some(default_bucket),
             node_id: "dev".into(),
             listen: "127.0.0.1:8787",
+            console: true,
         },
     )?;
     // The developer is the client: a trap's details go to the answer too.
@@ -138,6 +139,7 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
         classes_deployed.push(class);
     }
     let listen = config.listen;
+    let console = config.console.clone();
     let bucket_note = bucket_url.clone();
     serve_node(config, bucket, &bucket_url, runtime, None, move |addr| {
         let mut text =
@@ -163,6 +165,16 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
             }
         }
         text.push_str(&format!("  curl http://{addr}/_wasmkeep/metrics\n"));
+        match console {
+            crate::Console::Off => {}
+            crate::Console::Open => text.push_str(&format!(
+                "Console: http://{addr}/_wasmkeep/console (no token: anyone who reaches this \
+                 loopback address can read every actor's data; --console off to stop it)\n"
+            )),
+            crate::Console::Token(_) => text.push_str(&format!(
+                "Console: http://{addr}/_wasmkeep/console (asks for the token of --console-token-file)\n"
+            )),
+        }
         write_stdout(&text);
     })
     .await
@@ -176,6 +188,7 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             bucket: None,
             node_id: default_node_id(),
             listen: "127.0.0.1:8787",
+            console: false,
         },
     )?;
     let (bucket, runtime) = open_bucket_and_runtime(&bucket_url, &config).await?;

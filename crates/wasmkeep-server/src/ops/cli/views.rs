@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use wasmkeep_bucket::{Bucket, hinted};
+use wasmkeep_bucket::Bucket;
 use wasmkeep_types::{AppName, Keys};
 
 use super::args::{ViewArgs, parse_duration};
 use super::dev::write_stdout;
+use crate::ops::survey;
 
 /// Parsed view flags: the bucket, keys and lease TTL.
 pub(super) async fn open_view(
@@ -109,45 +110,9 @@ pub(super) async fn node_list(view: ViewArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One deployed class as `class list --json` shows it.
-#[derive(serde::Serialize)]
-struct ClassRow {
-    class: String,
-    digest: Option<String>,
-    database_bytes_max: Option<u64>,
-    allow_outbound: Vec<String>,
-    /// Why the class's `current` record does not parse, when it does not.
-    error: Option<String>,
-}
-
 pub(super) async fn class_list(view: ViewArgs) -> anyhow::Result<()> {
     let (bucket, keys, _) = open_view(&view).await?;
-    let rows: Vec<ClassRow> = crate::actor::classes::list(&*bucket, &keys)
-        .await?
-        .into_iter()
-        .map(|(class, current)| match current {
-            Ok(current) => ClassRow {
-                class: class.to_string(),
-                digest: Some(current.digest),
-                database_bytes_max: Some(current.limits.database_bytes_max),
-                allow_outbound: current
-                    .limits
-                    .allow_outbound
-                    .entries()
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-                error: None,
-            },
-            Err(why) => ClassRow {
-                class: class.to_string(),
-                digest: None,
-                database_bytes_max: None,
-                allow_outbound: Vec::new(),
-                error: Some(why),
-            },
-        })
-        .collect();
+    let rows = survey::class_rows(&*bucket, &keys).await?;
     if view.json {
         write_stdout(&json_text(&rows)?);
         return Ok(());
@@ -198,40 +163,10 @@ fn actor_cells(r: &wasmkeep_cluster::inspect::ActorRow) -> Vec<String> {
 
 const ACTOR_HEADER: [&str; 5] = ["ACTOR", "OWNER", "ALARM MS", "DB BYTES", "LOG RECORDS"];
 
-/// Whether `row` is an actor that `actor delete` emptied and nothing wrote
-/// to since: no owner, no alarm, and only the empty snapshot and the log
-/// record that fences its former holders ([`wasmkeep_store::erase`]). It
-/// is shown as deleted, not as an actor.
-pub(super) async fn is_erased(
-    bucket: &dyn Bucket,
-    keys: &Keys,
-    row: &wasmkeep_cluster::inspect::ActorRow,
-) -> anyhow::Result<bool> {
-    if row.owner.is_some() || row.alarm_ms.is_some() || row.log_records != 1 || row.snapshots != 1 {
-        return Ok(false);
-    }
-    let actor = wasmkeep_types::ActorId::parse(&row.actor)?;
-    let listed = hinted::list_keys(bucket, &keys.actor_snapshot_prefix(&actor)).await?;
-    let [snapshot] = listed.as_slice() else {
-        return Ok(false);
-    };
-    match bucket.get(&snapshot.key).await {
-        Ok(object) => Ok(wasmkeep_store::record_origin(&object.bytes).is_ok_and(|o| o.empty)),
-        // Compacted by a new life meanwhile.
-        Err(wasmkeep_bucket::Error::NotFound { .. }) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
 pub(super) async fn actor_list(prefix: Option<&str>, view: ViewArgs) -> anyhow::Result<()> {
     let (bucket, keys, lease_ttl) = open_view(&view).await?;
-    let listed = wasmkeep_cluster::inspect::list_actors(&*bucket, &keys, lease_ttl, prefix).await?;
-    let mut rows = Vec::with_capacity(listed.len());
-    for row in listed {
-        if !is_erased(&*bucket, &keys, &row).await? {
-            rows.push(row);
-        }
-    }
+    let (rows, _) =
+        survey::actor_page(&*bucket, &keys, lease_ttl, prefix, None, usize::MAX).await?;
     if view.json {
         write_stdout(&json_text(&rows)?);
     } else {
@@ -250,7 +185,7 @@ pub(super) async fn actor_inspect(actor: &str, view: ViewArgs) -> anyhow::Result
     else {
         bail!("actor {actor} has nothing in the bucket");
     };
-    if is_erased(&*bucket, &keys, &row).await? {
+    if survey::is_erased(&*bucket, &keys, &row).await? {
         bail!(
             "actor {actor} has nothing in the bucket (it was deleted; what stays is the empty \
              record that fences its former holders)"
