@@ -170,6 +170,22 @@ fn the_console_api_shows_actors_tables_rows_and_read_only_sql() {
         assert_eq!(r.status, status, "{path}: {}", r.text());
         assert!(r.text().contains(says), "{path}: {}", r.text());
     }
+    // A page elsewhere whose name was rebound to 127.0.0.1 names its own host.
+    let rebound = {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(&server.addr).unwrap();
+        stream
+            .write_all(
+                b"GET /_wasmkeep/console/api/actors HTTP/1.1\r\nhost: evil.example:8787\r\n\
+                  connection: close\r\n\r\n",
+            )
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(rebound.starts_with("HTTP/1.1 400"), "{rebound}");
+    assert!(!rebound.contains("demo/counter/a1"), "{rebound}");
     let post = request(
         &server.addr,
         "POST",

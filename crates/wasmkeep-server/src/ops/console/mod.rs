@@ -117,14 +117,36 @@ fn asset(content_type: &'static str, text: &'static str) -> HttpResponse {
 
 /// With a token: the request must carry it as `Authorization: Bearer`.
 /// The hashes are compared, so the time taken says nothing of the token.
+/// Without one (loopback only), the request must name a loopback host: a
+/// web page elsewhere that rebinds its own name to 127.0.0.1 cannot read
+/// the API through the browser of whoever runs the node.
 fn authorize(console: &Console, headers: &HeaderMap) -> Result<()> {
-    let Console::Token(token) = console else {
-        return Ok(());
+    let token = match console {
+        Console::Token(token) => token,
+        Console::Open => {
+            let host = headers
+                .get(hyper::header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            if !is_loopback_host(host) {
+                return Err(Error::BadRequest(format!(
+                    "the console without a token answers requests to 127.0.0.1, [::1] or \
+                     localhost only, not to host {:?}",
+                    host.chars().take(100).collect::<String>()
+                )));
+            }
+            return Ok(());
+        }
+        Console::Off => return Err(Error::NoRoute("/_wasmkeep/console".into())),
     };
     let given = headers
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| {
+            v.get(..7)
+                .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
+                .map(|_| &v[7..])
+        })
         .ok_or_else(|| Error::Unauthorized("the console asks for its operator token".into()))?;
     if Sha256::digest(given.trim().as_bytes()) != Sha256::digest(token.as_bytes()) {
         return Err(Error::Unauthorized(
@@ -132,6 +154,33 @@ fn authorize(console: &Console, headers: &HeaderMap) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Whether a Host header names this machine's loopback: `localhost`,
+/// `127.0.0.1` (any of 127/8) or `[::1]`, with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, port)) if port.is_empty() || is_port(port) => {
+                return v6.parse::<std::net::Ipv6Addr>().is_ok_and(|a| a.is_loopback());
+            }
+            _ => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if is_port(port) => name,
+            Some(_) => return false,
+            None => host,
+        },
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::Ipv4Addr>().is_ok_and(|a| a.is_loopback())
+}
+
+fn is_port(text: &str) -> bool {
+    text.strip_prefix(':')
+        .unwrap_or(text)
+        .parse::<u16>()
+        .is_ok()
 }
 
 fn actor_id(params: &HashMap<String, String>) -> Result<ActorId> {
@@ -363,4 +412,61 @@ async fn operations(node: &Node) -> Result<serde_json::Value> {
         }
     }
     Ok(serde_json::json!({ "drains": drains, "moves": moves, "deletes": deletes }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_hosts_reach_a_console_without_a_token() {
+        for host in [
+            "127.0.0.1",
+            "127.0.0.1:8787",
+            "127.1.2.3:1",
+            "localhost",
+            "LOCALHOST:8787",
+            "[::1]",
+            "[::1]:8787",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "",
+            "evil.example",
+            "evil.example:8787",
+            "localhost.evil.example",
+            "10.0.0.1:8787",
+            "[::2]:8787",
+            "[::1]x",
+            "127.0.0.1:port",
+            "127.0.0.1:99999",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn the_token_is_asked_for_as_a_bearer_token() {
+        let console = Console::Token(Arc::new(zeroize::Zeroizing::new(
+            "0123456789abcdef".to_owned(),
+        )));
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                hyper::header::AUTHORIZATION,
+                value.parse().expect("a header value"),
+            );
+            authorize(&console, &headers)
+        };
+        assert!(with("Bearer 0123456789abcdef").is_ok());
+        assert!(with("bearer 0123456789abcdef").is_ok());
+        for wrong in ["Bearer 0123456789abcdee", "Basic 0123456789abcdef", "Bearer", ""] {
+            assert!(matches!(with(wrong), Err(Error::Unauthorized(_))), "{wrong:?}");
+        }
+        assert!(matches!(
+            authorize(&console, &HeaderMap::new()),
+            Err(Error::Unauthorized(_))
+        ));
+    }
 }
