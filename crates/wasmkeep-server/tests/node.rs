@@ -1832,3 +1832,96 @@ fn actor_sql_and_export_read_an_actors_data_from_the_bucket() {
         "4"
     );
 }
+
+/// `actor sql --write` (ADR 0065, amended): the holder runs the statement
+/// as an event, the guest sees its writes, a refused statement writes
+/// nothing, a hibernated actor is activated for it, and a request carried
+/// out again (same key) answers its recorded result without writing twice.
+#[test]
+fn actor_sql_write_runs_once_on_the_holder_and_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    // A node sees requests at its heartbeat.
+    let fast = ["--heartbeat", "300ms"];
+    let server = dev(dir.path(), &fast);
+    for _ in 0..3 {
+        server.req("POST", "/demo/counter/w/increment");
+    }
+    let bucket = folder_bucket(dir.path());
+    let sql = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .args(["actor", "sql", "demo/counter/w"])
+            .args(args)
+            .args(["--write", "--bucket", &bucket])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, _, err) = sql(&["UPDATE counter SET n = n + 10"]);
+    assert!(ok && err.contains("committed; 1 rows changed"), "{err}");
+    assert_eq!(
+        count(&server, "w"),
+        13,
+        "the guest sees the operator's write"
+    );
+    let (ok, json, err) = sql(&["UPDATE counter SET n = n + 1 RETURNING n", "--json"]);
+    assert!(ok, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["rows"], serde_json::json!([[14]]));
+    assert_eq!(json["changes"], 1);
+    for (statement, says) in [
+        ("UPDATE nope SET x = 1", "no such table"),
+        ("DELETE FROM _wasmkeep_alarm", "_wasmkeep"),
+        ("SELEKT 1", "syntax error"),
+    ] {
+        let (ok, _, err) = sql(&[statement]);
+        assert!(
+            !ok && err.contains(says) && err.contains("nothing was written"),
+            "{statement}: {err}"
+        );
+    }
+    assert_eq!(count(&server, "w"), 14);
+    assert!(server.stop());
+
+    // Nobody holds the actor now: the node's pass activates it.
+    let server = dev(dir.path(), &fast);
+    let (ok, _, err) = sql(&["UPDATE counter SET n = n * 2"]);
+    assert!(ok, "{err}");
+    assert_eq!(count(&server, "w"), 28);
+
+    // The same request twice (as when a node stops after the commit and
+    // before it reports): the second answers the first's result.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = wasmkeep_bucket::open(&bucket).await.unwrap();
+        let keys = wasmkeep_types::Keys::new(&wasmkeep_types::AppName::new("default").unwrap());
+        let actor = wasmkeep_types::ActorId::parse("demo/counter/w").unwrap();
+        let key = keys.sql_key(&actor, "00aa").unwrap();
+        let result_key = keys.sql_result_key(&actor, "00aa").unwrap();
+        let mut results = Vec::new();
+        for _ in 0..2 {
+            store
+                .put(
+                    &key,
+                    bytes::Bytes::from_static(b"UPDATE counter SET n = n + 100"),
+                )
+                .await
+                .unwrap();
+            let deadline = std::time::Instant::now() + common::WAIT_MAX;
+            let result = loop {
+                if let Ok(object) = store.get(&result_key).await {
+                    break object.bytes;
+                }
+                assert!(std::time::Instant::now() < deadline, "no result");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            };
+            store.delete(&result_key).await.unwrap();
+            results.push(result);
+        }
+        assert_eq!(results[0], results[1]);
+    });
+    assert_eq!(count(&server, "w"), 128, "the statement ran once");
+}

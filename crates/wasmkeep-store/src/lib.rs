@@ -39,7 +39,7 @@ pub use error::{Error, Result};
 pub use heavy::{INLINE_SLICE, heavy_max, statements_off_worker_total};
 pub use record::FORMAT_VERSION;
 pub use sql::{SqlError, SqlParam, SqlRows, SqlValue};
-pub use store::{ActorStore, OutputGate};
+pub use store::{ActorStore, OPERATOR_RESULTS_KEPT, OutputGate};
 pub use vfs::{PAGE_BYTES, pages_held, set_pages_max};
 
 /// Limits and thresholds of one actor's store. Every limit has a name.

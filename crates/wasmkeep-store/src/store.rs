@@ -30,6 +30,8 @@ mod connection;
 mod events;
 mod flusher;
 mod open;
+mod operator;
+pub use operator::OPERATOR_RESULTS_KEPT;
 mod snapshots;
 pub(crate) mod write;
 

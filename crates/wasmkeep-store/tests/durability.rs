@@ -1352,3 +1352,54 @@ async fn a_reader_sees_the_acknowledged_state_refuses_writes_and_writes_nothing(
         .unwrap();
     assert_eq!(x, 1);
 }
+
+/// An operator's write (`actor sql --write`) keeps its result in the
+/// actor's database with the write: a later holder finds it (so the request
+/// is not carried out twice), a rolled-back event leaves no result, guests
+/// cannot reach the table, and only the newest results are kept.
+#[tokio::test]
+async fn an_operator_request_commits_its_result_with_its_writes() {
+    let bucket = Probe::new();
+    let a = actor("operator");
+    let mut s = open(&bucket, &a, "n1").await;
+    event(&mut s, &["CREATE TABLE t (x)", "INSERT INTO t VALUES (1)"])
+        .await
+        .unwrap();
+    assert_eq!(s.operator_result("r1").unwrap(), None);
+    assert_eq!(s.execute("UPDATE t SET x = x + 10", &[]).unwrap(), 1);
+    s.record_operator_result("r1", "{\"changes\":1}").unwrap();
+    s.commit_event().unwrap().await.unwrap();
+
+    s.execute("UPDATE t SET x = x + 100", &[]).unwrap();
+    s.record_operator_result("r2", "{\"changes\":1}").unwrap();
+    s.rollback_event();
+    assert_eq!(s.operator_result("r2").unwrap(), None, "rolled back");
+    s.rollback_event();
+    let refused = s
+        .query("SELECT * FROM _wasmkeep_operator", &[])
+        .unwrap_err();
+    assert!(refused.message.contains("_wasmkeep"), "{refused}");
+    s.rollback_event();
+    s.close().await;
+
+    let mut later = open(&bucket, &a, "n2").await;
+    assert_eq!(
+        later.operator_result("r1").unwrap().as_deref(),
+        Some("{\"changes\":1}")
+    );
+    later.rollback_event();
+    assert_eq!(int(&mut later, "SELECT x FROM t"), 11);
+    for i in 0..=wasmkeep_store::OPERATOR_RESULTS_KEPT {
+        later
+            .record_operator_result(&format!("k{i}"), "{}")
+            .unwrap();
+        later.commit_event().unwrap().await.unwrap();
+    }
+    assert_eq!(
+        later.operator_result("r1").unwrap(),
+        None,
+        "the oldest went"
+    );
+    assert!(later.operator_result("k1").unwrap().is_some());
+    later.rollback_event();
+}

@@ -4,7 +4,9 @@
 //! apps/<app>/control/move/<tenant>/<class>/<name hex>/<target node>   move key (ADR 0017)
 //! apps/<app>/control/drain/<node>                                     drain request (ADR 0014)
 //! apps/<app>/control/delete/<tenant>/<class>/<name hex>/<request>     delete request (ADR 0055)
+//! apps/<app>/control/sql/<tenant>/<class>/<name hex>/<request>        an operator's write (ADR 0065)
 //! apps/<app>/control/tenant-tokens                                    every tenant needs a token (ADR 0059)
+//! apps/<app>/results/sql/<tenant>/<class>/<name hex>/<request>        that write's result
 //! apps/<app>/nodes/<node>                                             heartbeat = node lease
 //! apps/<app>/owners/<tenant>/<class>/<name hex>                       ownership record
 //! apps/<app>/actors/<tenant>/<class>/<name hex>/log/<seq>             actor log record
@@ -142,6 +144,64 @@ impl Keys {
         };
         ActorId::from_key_parts(tenant, class, name_hex)
             .map_err(|_| invalid(key, "actor id does not parse"))
+    }
+
+    /// `control/sql/<tenant>/<class>/<name hex>/<request>`: `wasmkeep actor
+    /// sql --write` asks the actor's holder to run the statement in the
+    /// key's body as one event (ADR 0065, amended). `request` as for
+    /// [`Keys::delete_key`].
+    pub fn sql_key(&self, actor: &ActorId, request: &str) -> Result<String, Error> {
+        let key = format!(
+            "{}{}/{request}",
+            self.sqls_prefix(),
+            Self::actor_path(actor)
+        );
+        if !is_delete_request(request) {
+            return Err(invalid(
+                &key,
+                "the request is 1 to 32 lower-case hex digits",
+            ));
+        }
+        Ok(key)
+    }
+
+    pub fn sqls_prefix(&self) -> String {
+        format!("{}control/sql/", self.root)
+    }
+
+    /// Parses a key listed under [`Keys::sqls_prefix`] into the actor and
+    /// the request.
+    pub fn parse_sql_key(&self, key: &str) -> Result<(ActorId, String), Error> {
+        let rest = self.strip(key, &self.sqls_prefix())?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        let [tenant, class, name_hex, request] = parts[..] else {
+            return Err(invalid(key, "want <tenant>/<class>/<name hex>/<request>"));
+        };
+        if !is_delete_request(request) {
+            return Err(invalid(key, "the request is 1 to 32 lower-case hex digits"));
+        }
+        let actor = ActorId::from_key_parts(tenant, class, name_hex)
+            .map_err(|_| invalid(key, "actor id does not parse"))?;
+        Ok((actor, request.to_owned()))
+    }
+
+    /// `results/sql/<tenant>/<class>/<name hex>/<request>`: what the
+    /// statement of [`Keys::sql_key`] returned, written by the node that
+    /// ran it, read and removed by the command. Outside `control/`: the
+    /// heartbeat's listing does not carry it.
+    pub fn sql_result_key(&self, actor: &ActorId, request: &str) -> Result<String, Error> {
+        let key = format!(
+            "{}results/sql/{}/{request}",
+            self.root,
+            Self::actor_path(actor)
+        );
+        if !is_delete_request(request) {
+            return Err(invalid(
+                &key,
+                "the request is 1 to 32 lower-case hex digits",
+            ));
+        }
+        Ok(key)
     }
 
     /// `control/tenant-tokens`: while it exists, every node of the app
@@ -396,6 +456,33 @@ mod tests {
             k.actor_log(&a, 7),
             "apps/shop/actors/acme/counter/612f62/log/00000000000000000007"
         );
+    }
+
+    #[test]
+    fn operator_sql_keys_name_their_actor_and_request() {
+        let k = keys();
+        let a = actor();
+        let key = k.sql_key(&a, "00ff").unwrap();
+        assert_eq!(key, "apps/shop/control/sql/acme/counter/612f62/00ff");
+        assert_eq!(
+            k.parse_sql_key(&key).unwrap(),
+            (a.clone(), "00ff".to_owned())
+        );
+        assert_eq!(
+            k.sql_result_key(&a, "00ff").unwrap(),
+            "apps/shop/results/sql/acme/counter/612f62/00ff"
+        );
+        for bad in ["", "0A", "xyz", &"0".repeat(DELETE_REQUEST_MAX + 1)] {
+            assert!(k.sql_key(&a, bad).is_err(), "{bad:?}");
+            assert!(k.sql_result_key(&a, bad).is_err(), "{bad:?}");
+            let key = format!("apps/shop/control/sql/acme/counter/612f62/{bad}");
+            assert!(k.parse_sql_key(&key).is_err(), "{key}");
+        }
+        assert!(
+            k.parse_sql_key("apps/shop/control/sql/acme/counter/612f62")
+                .is_err()
+        );
+        assert!(k.parse_sql_key(&k.delete_key(&a, "00").unwrap()).is_err());
     }
 
     #[test]

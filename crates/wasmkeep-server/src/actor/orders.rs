@@ -49,6 +49,16 @@ pub(crate) enum Job {
         order: Box<dyn MoveOrder>,
         reply: MoveReply,
     },
+    /// An operator's statement (`wasmkeep actor sql --write`, ADR 0065
+    /// amended), run as one event: once per `request`, whose result is
+    /// kept in the actor's database with the statement's writes. The reply
+    /// carries the result as JSON once it is durable.
+    Sql {
+        request: String,
+        statement: String,
+        reply: Reply,
+        started: Instant,
+    },
     /// Delete the actor (ADR 0055): hand it over now, after the events
     /// queued before this job, deleting its data before its ownership
     /// record is released, if the order still stands when the job runs.

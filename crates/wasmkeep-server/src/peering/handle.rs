@@ -47,6 +47,9 @@ pub struct Peering {
     pub moves: Moves,
     /// Holds a failed release left behind, given back once per heartbeat.
     pub(crate) leftovers: Leftovers,
+    /// Operators' statements (`actor sql --write`) this node runs now, by
+    /// request key: a pass does not send one twice while it runs.
+    pub(crate) sql_running: Mutex<BTreeSet<String>>,
 }
 
 /// What [`Peering::new`] takes from the node's platform.
@@ -138,6 +141,7 @@ impl Peering {
             drain: Drain::default(),
             moves: Moves::default(),
             leftovers: Leftovers::default(),
+            sql_running: Mutex::new(BTreeSet::new()),
         })
     }
 

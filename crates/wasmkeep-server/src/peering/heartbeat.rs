@@ -132,13 +132,14 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
     }
 }
 
-/// The passes over the move and the delete keys, on one listing of
+/// The passes over the move, delete and SQL keys, on one listing of
 /// `control/` (one LIST per heartbeat, not one per pass; the drain keys in
 /// it are read by the drain check, each node its own).
 async fn control_passes(node: &Arc<Node>, time_max: Duration) {
     let moves = crate::peering::moves::wanted(node);
     let deletes = crate::peering::deletes::wanted(node);
-    if !moves && !deletes {
+    let sqls = crate::peering::sql::wanted(node);
+    if !moves && !deletes && !sqls {
         return;
     }
     let listed =
@@ -154,11 +155,21 @@ async fn control_passes(node: &Arc<Node>, time_max: Duration) {
             }
         };
     node.front.tenants.note_listing(&node.keys, &listed);
-    let (moves_prefix, deletes_prefix) = (node.keys.moves_prefix(), node.keys.deletes_prefix());
-    let (move_keys, delete_keys): (Vec<_>, Vec<_>) = listed
-        .into_iter()
-        .filter(|meta| meta.key.starts_with(&moves_prefix) || meta.key.starts_with(&deletes_prefix))
-        .partition(|meta| meta.key.starts_with(&moves_prefix));
+    let (moves_prefix, deletes_prefix, sqls_prefix) = (
+        node.keys.moves_prefix(),
+        node.keys.deletes_prefix(),
+        node.keys.sqls_prefix(),
+    );
+    let (mut move_keys, mut delete_keys, mut sql_keys) = (Vec::new(), Vec::new(), Vec::new());
+    for meta in listed {
+        if meta.key.starts_with(&moves_prefix) {
+            move_keys.push(meta);
+        } else if meta.key.starts_with(&deletes_prefix) {
+            delete_keys.push(meta);
+        } else if meta.key.starts_with(&sqls_prefix) {
+            sql_keys.push(meta);
+        }
+    }
     if moves
         && tokio::time::timeout(time_max, crate::peering::moves::check(node, move_keys))
             .await
@@ -172,5 +183,8 @@ async fn control_passes(node: &Arc<Node>, time_max: Duration) {
             .is_err()
     {
         tracing::warn!("the pass over the delete keys timed out");
+    }
+    if sqls {
+        crate::peering::sql::check(node, sql_keys).await;
     }
 }

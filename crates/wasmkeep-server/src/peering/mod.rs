@@ -15,6 +15,7 @@ pub mod lease;
 pub(crate) mod leftovers;
 pub mod moves;
 pub mod peer;
+pub(crate) mod sql;
 
 pub use handle::Peering;
 pub(crate) use handle::PeeringPlatform;

@@ -360,7 +360,7 @@ impl ActorStore {
     }
 
     /// The connection, opened again if the store was parked.
-    fn connection(&mut self) -> Result<&Conn> {
+    pub(super) fn connection(&mut self) -> Result<&Conn> {
         if self.conn.is_none() {
             self.conn = Some(open_connection(
                 &self.db_name,

@@ -129,14 +129,24 @@ pub enum ActorCommand {
         #[command(flatten)]
         view: ViewArgs,
     },
-    /// Runs one read-only SQL statement on the actor's state as the bucket
-    /// holds it (every acknowledged write included), wherever the actor
-    /// is held, and prints the rows (ADR 0065).
+    /// Runs one SQL statement on the actor and prints its rows (ADR 0065).
+    /// Without --write: a statement that reads, on the actor's state as the
+    /// bucket holds it (every acknowledged write), wherever it is held,
+    /// without waking it. With --write: any statement, run by the node
+    /// that holds the actor (or activates it) as one event in its mailbox,
+    /// committed like any event, once.
     Sql {
         /// TENANT/CLASS/NAME
         actor: String,
-        /// One statement that reads (SELECT, a read-only PRAGMA, ...).
+        /// One statement (SELECT, INSERT, UPDATE, ... RETURNING, ...).
         statement: String,
+        /// Run it on the actor's holder, which commits its writes (writes
+        /// `control/sql/<tenant>/<class>/<name hex>/<request>`).
+        #[arg(long)]
+        write: bool,
+        /// With --write: how long to wait for the result.
+        #[arg(long, default_value = "60s")]
+        timeout: String,
         #[command(flatten)]
         view: ViewArgs,
     },

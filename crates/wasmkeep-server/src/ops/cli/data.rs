@@ -8,11 +8,11 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use wasmkeep_store::ActorStore;
 use wasmkeep_types::ActorId;
 
-use super::args::ViewArgs;
+use super::args::{ViewArgs, parse_duration};
 use super::dev::write_stdout;
 use super::views::{json_text, open_view, table};
 use crate::ops::survey;
@@ -48,6 +48,117 @@ pub(super) async fn actor_sql(actor: &str, statement: &str, view: ViewArgs) -> a
         .collect();
     write_stdout(&table(&header, &cells));
     Ok(())
+}
+
+/// How often `actor sql --write` looks for its result.
+const RESULT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// `actor sql --write`: writes the request (the statement as its body, a
+/// key of its own, If-None-Match), waits for the node that runs it to
+/// write its result, prints the result and removes it. On a timeout the
+/// request is withdrawn if no node took it yet; one that did may still
+/// commit, once.
+pub(super) async fn actor_sql_write(
+    actor: &str,
+    statement: &str,
+    timeout: &str,
+    view: ViewArgs,
+) -> anyhow::Result<()> {
+    let timeout = parse_duration(timeout).context("--timeout")?;
+    let actor = ActorId::parse(actor)
+        .with_context(|| format!("{actor:?} is not an actor id (TENANT/CLASS/NAME)"))?;
+    if statement.trim().is_empty() || statement.len() > crate::peering::sql::STATEMENT_BYTES_MAX {
+        bail!(
+            "the statement is empty or longer than {} bytes",
+            crate::peering::sql::STATEMENT_BYTES_MAX
+        );
+    }
+    let (bucket, keys, _) = open_view(&view).await?;
+    let request = format!("{:016x}", rand::random::<u64>());
+    let key = keys.sql_key(&actor, &request)?;
+    let result_key = keys.sql_result_key(&actor, &request)?;
+    bucket
+        .put_if_absent(&key, bytes::Bytes::from(statement.to_owned()))
+        .await
+        .context("writing the SQL request")?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let result = loop {
+        match bucket.get(&result_key).await {
+            Ok(object) => break object.bytes,
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e).context("reading the SQL result"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let withdrawn = bucket.delete(&key).await.is_ok();
+            bail!(
+                "actor {actor}: no result within {timeout:?} (is a node serving class {}? \
+                 `wasmkeep node list`). {}",
+                actor.class,
+                if withdrawn {
+                    "The request was withdrawn; a node that took it already may still run it, once."
+                } else {
+                    "The request could not be withdrawn: a node may still run it, once."
+                }
+            );
+        }
+        tokio::time::sleep(RESULT_POLL).await;
+    };
+    if let Err(e) = bucket.delete(&result_key).await {
+        eprintln!("wasmkeep: removing the result {result_key} failed: {e}");
+    }
+    let result: serde_json::Value =
+        serde_json::from_slice(&result).context("the node's result is not JSON")?;
+    if let Some(error) = result.get("error").and_then(|e| e.as_str()) {
+        bail!("actor {actor}: {error} (nothing was written)");
+    }
+    let changes = result
+        .get("changes")
+        .and_then(serde_json::Value::as_i64)
+        .unwrap_or(0);
+    if view.json {
+        write_stdout(&json_text(&result)?);
+        return Ok(());
+    }
+    let columns: Vec<String> = result["columns"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .map(|v| v.as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    if !columns.is_empty() {
+        let header: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let cells: Vec<Vec<String>> = result["rows"]
+            .as_array()
+            .map(|rows| {
+                rows.iter()
+                    .map(|row| {
+                        row.as_array()
+                            .map(|r| r.iter().map(json_cell).collect())
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        write_stdout(&table(&header, &cells));
+    }
+    eprintln!("wasmkeep: actor {actor}: committed; {changes} rows changed");
+    Ok(())
+}
+
+/// A JSON value of a result as a table cell (as [`survey::text_value`]
+/// shows SQL values).
+fn json_cell(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::Null => "NULL".into(),
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(o) => match o.get("hex").and_then(|h| h.as_str()) {
+            Some(hex) => format!("x'{hex}'"),
+            None => value.to_string(),
+        },
+        other => other.to_string(),
+    }
 }
 
 pub(super) async fn actor_export(actor: &str, file: &Path, view: ViewArgs) -> anyhow::Result<()> {

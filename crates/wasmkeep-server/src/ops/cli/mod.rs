@@ -27,7 +27,7 @@ pub use args::{
 };
 pub use config::warn_misspelt_env;
 use control::{actor_delete, actor_move, node_drain, node_undrain};
-use data::{actor_export, actor_sql};
+use data::{actor_export, actor_sql, actor_sql_write};
 use dev::{deploy, dev, serve};
 use views::{actor_inspect, actor_list, class_list, node_list};
 
@@ -68,8 +68,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Actor(ActorCommand::Sql {
             actor,
             statement,
+            write: false,
             view,
+            ..
         }) => actor_sql(&actor, &statement, view).await,
+        Command::Actor(ActorCommand::Sql {
+            actor,
+            statement,
+            write: true,
+            timeout,
+            view,
+        }) => actor_sql_write(&actor, &statement, &timeout, view).await,
         Command::Actor(ActorCommand::Export { actor, file, view }) => {
             actor_export(&actor, &file, view).await
         }

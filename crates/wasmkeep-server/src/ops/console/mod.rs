@@ -162,7 +162,9 @@ fn is_loopback_host(host: &str) -> bool {
     let name = match host.strip_prefix('[') {
         Some(rest) => match rest.split_once(']') {
             Some((v6, port)) if port.is_empty() || is_port(port) => {
-                return v6.parse::<std::net::Ipv6Addr>().is_ok_and(|a| a.is_loopback());
+                return v6
+                    .parse::<std::net::Ipv6Addr>()
+                    .is_ok_and(|a| a.is_loopback());
             }
             _ => return false,
         },
@@ -173,7 +175,9 @@ fn is_loopback_host(host: &str) -> bool {
         },
     };
     name.eq_ignore_ascii_case("localhost")
-        || name.parse::<std::net::Ipv4Addr>().is_ok_and(|a| a.is_loopback())
+        || name
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|a| a.is_loopback())
 }
 
 fn is_port(text: &str) -> bool {
@@ -461,8 +465,16 @@ mod tests {
         };
         assert!(with("Bearer 0123456789abcdef").is_ok());
         assert!(with("bearer 0123456789abcdef").is_ok());
-        for wrong in ["Bearer 0123456789abcdee", "Basic 0123456789abcdef", "Bearer", ""] {
-            assert!(matches!(with(wrong), Err(Error::Unauthorized(_))), "{wrong:?}");
+        for wrong in [
+            "Bearer 0123456789abcdee",
+            "Basic 0123456789abcdef",
+            "Bearer",
+            "",
+        ] {
+            assert!(
+                matches!(with(wrong), Err(Error::Unauthorized(_))),
+                "{wrong:?}"
+            );
         }
         assert!(matches!(
             authorize(&console, &HeaderMap::new()),
