@@ -57,6 +57,23 @@ pub struct ActorRow {
     pub last_write_unix_s: Option<u64>,
 }
 
+impl ActorRow {
+    /// The row of an actor nothing is known of yet.
+    fn blank(actor: &ActorId) -> Self {
+        Self {
+            actor: actor.to_string(),
+            owner: None,
+            owner_incarnation: None,
+            hold_valid: false,
+            alarm_ms: None,
+            database_bytes: 0,
+            log_records: 0,
+            snapshots: 0,
+            last_write_unix_s: None,
+        }
+    }
+}
+
 fn state_word(state: NodeState) -> &'static str {
     match state {
         NodeState::Starting => "starting",
@@ -181,17 +198,7 @@ pub async fn list_actors_page(
         alarm_key: Option<String>,
     }
     let blank = |actor: &ActorId| Found {
-        row: ActorRow {
-            actor: actor.to_string(),
-            owner: None,
-            owner_incarnation: None,
-            hold_valid: false,
-            alarm_ms: None,
-            database_bytes: 0,
-            log_records: 0,
-            snapshots: 0,
-            last_write_unix_s: None,
-        },
+        row: ActorRow::blank(actor),
         owner_key: None,
         alarm_key: None,
     };
@@ -282,17 +289,7 @@ pub async fn inspect_actor(
     lease_ttl: Duration,
     actor: &ActorId,
 ) -> Result<Option<ActorRow>> {
-    let mut row = ActorRow {
-        actor: actor.to_string(),
-        owner: None,
-        owner_incarnation: None,
-        hold_valid: false,
-        alarm_ms: None,
-        database_bytes: 0,
-        log_records: 0,
-        snapshots: 0,
-        last_write_unix_s: None,
-    };
+    let mut row = ActorRow::blank(actor);
     let mut found = false;
     for meta in bucket.list(&keys.actor_prefix(actor)).await? {
         found = true;

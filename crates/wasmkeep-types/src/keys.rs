@@ -106,14 +106,10 @@ impl Keys {
     /// actor, however late its removal lands; S3 has no conditional delete
     /// that could tell them apart under one key.
     pub fn delete_key(&self, actor: &ActorId, request: &str) -> Result<String, Error> {
-        let key = format!("{}{request}", self.delete_requests_prefix(actor));
-        if !is_delete_request(request) {
-            return Err(invalid(
-                &key,
-                "the request is 1 to 32 lower-case hex digits",
-            ));
-        }
-        Ok(key)
+        request_key(
+            format!("{}{request}", self.delete_requests_prefix(actor)),
+            request,
+        )
     }
 
     /// Every delete request of one actor.
@@ -151,18 +147,14 @@ impl Keys {
     /// key's body as one event (ADR 0065, amended). `request` as for
     /// [`Keys::delete_key`].
     pub fn sql_key(&self, actor: &ActorId, request: &str) -> Result<String, Error> {
-        let key = format!(
-            "{}{}/{request}",
-            self.sqls_prefix(),
-            Self::actor_path(actor)
-        );
-        if !is_delete_request(request) {
-            return Err(invalid(
-                &key,
-                "the request is 1 to 32 lower-case hex digits",
-            ));
-        }
-        Ok(key)
+        request_key(
+            format!(
+                "{}{}/{request}",
+                self.sqls_prefix(),
+                Self::actor_path(actor)
+            ),
+            request,
+        )
     }
 
     pub fn sqls_prefix(&self) -> String {
@@ -190,18 +182,14 @@ impl Keys {
     /// ran it, read and removed by the command. Outside `control/`: the
     /// heartbeat's listing does not carry it.
     pub fn sql_result_key(&self, actor: &ActorId, request: &str) -> Result<String, Error> {
-        let key = format!(
-            "{}results/sql/{}/{request}",
-            self.root,
-            Self::actor_path(actor)
-        );
-        if !is_delete_request(request) {
-            return Err(invalid(
-                &key,
-                "the request is 1 to 32 lower-case hex digits",
-            ));
-        }
-        Ok(key)
+        request_key(
+            format!(
+                "{}results/sql/{}/{request}",
+                self.root,
+                Self::actor_path(actor)
+            ),
+            request,
+        )
     }
 
     /// `control/tenant-tokens`: while it exists, every node of the app
@@ -387,6 +375,19 @@ fn is_delete_request(request: &str) -> bool {
         && request
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// `key`, which ends in `request`, if the request is a request id (1 to
+/// [`DELETE_REQUEST_MAX`] lower-case hex digits).
+fn request_key(key: String, request: &str) -> Result<String, Error> {
+    if is_delete_request(request) {
+        Ok(key)
+    } else {
+        Err(invalid(
+            &key,
+            "the request is 1 to 32 lower-case hex digits",
+        ))
+    }
 }
 
 fn invalid(key: &str, reason: &'static str) -> Error {

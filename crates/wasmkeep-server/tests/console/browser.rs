@@ -128,6 +128,17 @@ async fn wait_text(client: &Client, css: &str, expected: &str) -> String {
     }
 }
 
+/// Clicks the element `locator` finds.
+async fn click(client: &Client, locator: Locator<'_>) {
+    client
+        .find(locator)
+        .await
+        .expect("the element")
+        .click()
+        .await
+        .expect("a click");
+}
+
 async fn screenshot(client: &Client, name: &str) {
     let png = client.screenshot().await.expect("a screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
@@ -192,24 +203,12 @@ async fn the_console_finds_an_actor_runs_a_query_and_follows_a_move_in_chromium(
     let nodes = wait_text(&client, "#nodes-table", "serving").await;
     assert!(nodes.contains("dev"), "{nodes}");
     screenshot(&client, "nodes").await;
-    client
-        .find(Locator::LinkText("Classes"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::LinkText("Classes")).await;
     wait_text(&client, "#classes-table", "counter").await;
     screenshot(&client, "classes").await;
 
     // Actors: found by search, with the keyboard.
-    client
-        .find(Locator::LinkText("Actors"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::LinkText("Actors")).await;
     let search = client
         .wait()
         .for_element(Locator::Id("search-prefix"))
@@ -227,21 +226,9 @@ async fn the_console_finds_an_actor_runs_a_query_and_follows_a_move_in_chromium(
     screenshot(&client, "actors").await;
 
     // One actor: its table's rows, then a statement.
-    client
-        .find(Locator::LinkText("demo/counter/alice"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::LinkText("demo/counter/alice")).await;
     wait_text(&client, "#tables-table", "counter").await;
-    client
-        .find(Locator::LinkText("counter"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::LinkText("counter")).await;
     wait_text(&client, "#rows-table", "3").await;
     let sql = client
         .wait()
@@ -251,35 +238,17 @@ async fn the_console_finds_an_actor_runs_a_query_and_follows_a_move_in_chromium(
     sql.send_keys("SELECT n, n * 10 AS tenfold FROM counter")
         .await
         .unwrap();
-    client
-        .find(Locator::Id("sql-run"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::Id("sql-run")).await;
     let result = wait_text(&client, "#sql-table", "tenfold").await;
     assert!(result.contains("30"), "{result}");
     screenshot(&client, "actor").await;
     sql.clear().await.unwrap();
     sql.send_keys("DELETE FROM counter").await.unwrap();
-    client
-        .find(Locator::Id("sql-run"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::Id("sql-run")).await;
     wait_text(&client, "#sql-error", "read-only").await;
 
     // The move started from the command line, with its progress.
-    client
-        .find(Locator::LinkText("Moves and drains"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, Locator::LinkText("Moves and drains")).await;
     let moves = wait_text(&client, "#moves-table", "demo/counter/alice").await;
     assert!(
         moves.contains("elsewhere") && moves.contains("has no heartbeat"),
