@@ -11,11 +11,12 @@ use tokio::time::Instant;
 use wasmkeep_bucket::Etag;
 use wasmkeep_cluster::{AcquireOutcome, LeaseReturn, planted};
 use wasmkeep_runtime::{EventError, Response};
-use wasmkeep_store::{ActorStore, OutputGate, WriterId};
+use wasmkeep_store::{ActorStore, WriterId};
 use wasmkeep_types::ActorId;
 use wasmkeep_types::heartbeat::DrainState;
 
 use crate::actor::alarms::{Fire, retry_delay};
+use crate::actor::delivery::{Delivery, deliver, deliverer};
 use crate::actor::erase::delete_data;
 use crate::actor::guest::GuestInstance;
 use crate::actor::host::NodeHost;
@@ -25,18 +26,6 @@ use crate::actor::socket_table::{
 };
 use crate::node::{Activation, Node, Stub};
 use crate::{Error, Result};
-
-/// A finished event waiting for its output gate.
-struct Delivery {
-    gate: OutputGate,
-    /// The event wrote nothing and read only durable data: nothing of it
-    /// waits for a record, so its answer says only what the data was when
-    /// it ran.
-    read_durable: bool,
-    reply: Option<(Reply, Response)>,
-    sends: Vec<(u64, Outgoing)>,
-    started: Instant,
-}
 
 struct Active {
     instance: Box<dyn GuestInstance>,
@@ -265,91 +254,6 @@ fn fail_job(node: &Arc<Node>, job: Job, error: &Error) {
     }
 }
 
-/// Releases responses and socket writes in event order, each once its
-/// output gate opens. A task of its own: delivering from the store's
-/// flusher instead cost S3 ~10 % more CPU per request (ADR 0043).
-async fn deliverer(
-    node: Arc<Node>,
-    stub: Arc<Stub>,
-    mut rx: mpsc::Receiver<Box<Delivery>>,
-    delivering: Arc<AtomicUsize>,
-) {
-    while let Some(mut delivery) = rx.recv().await {
-        let durable = (&mut delivery.gate).await;
-        deliver(&node, &stub, *delivery, durable);
-        // After the delivery: the mailbox delivers an open event itself
-        // only once every earlier one is out.
-        delivering.fetch_sub(1, Ordering::Release);
-    }
-}
-
-/// Sends an event's response and socket messages once its gate opened
-/// (`durable`), or fails them and drops the actor.
-fn deliver(node: &Node, stub: &Stub, delivery: Delivery, durable: wasmkeep_store::Result<()>) {
-    // A durable record is read by every later holder before it answers
-    // (one that took the actor over fenced the log first: ADR 0062), so it
-    // is acknowledged even after this node's lease ran out; the actor is
-    // then dropped, as the lease's end drops every actor.
-    let lapsed = stub.is_fenced() || !node.peering.lease.is_valid();
-    let durable = match durable {
-        // A read of durable data after the lease ran out may miss a write
-        // a new holder made since: not answered (nothing was applied).
-        Ok(()) if lapsed && delivery.read_durable => Err(Error::unavailable(
-            "this node's lease ran out before the answer; it serves again once renewed",
-        )),
-        // The code before ADR 0062, planted: such a record was answered
-        // 503 and became a write all the same.
-        Ok(()) if lapsed && planted::late_record_answered_failed() => Err(Error::unavailable(
-            "the write was not acknowledged: it became durable after this node's lease ran out",
-        )),
-        Ok(()) => Ok(()),
-        Err(e @ wasmkeep_store::Error::Unsettled { .. }) => {
-            node.metrics
-                .outcomes_unknown
-                .fetch_add(1, Ordering::Relaxed);
-            Err(Error::OutcomeUnknown(e.to_string()))
-        }
-        Err(e) => {
-            if matches!(e, wasmkeep_store::Error::Fenced { .. }) {
-                node.metrics.store_fenced.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(Error::unavailable(format!(
-                "the write was not acknowledged: {e}"
-            )))
-        }
-    };
-    match durable {
-        Ok(()) => {
-            if !delivery.sends.is_empty() {
-                let sockets = stub.sockets.lock();
-                for (id, out) in delivery.sends {
-                    if let Some(entry) = sockets.sockets.get(&id)
-                        && entry.tx.try_send(out).is_err()
-                    {
-                        tracing::warn!(actor = %stub.id, socket = id, "socket outbox full; message dropped");
-                    }
-                }
-            }
-            if let Some((reply, response)) = delivery.reply {
-                let _ = reply.send(Ok(response));
-            }
-            if lapsed {
-                stub.mark_broken();
-            }
-        }
-        Err(e) => {
-            tracing::warn!(actor = %stub.id, error = %e, "output gate failed; dropping the actor");
-            if let Some((reply, _)) = delivery.reply {
-                let _ = reply.send(Err(e));
-            }
-            stub.mark_broken();
-        }
-    }
-    node.metrics
-        .event_latency
-        .observe(delivery.started.elapsed());
-}
-
 /// Switches to the newest loaded version of the class at an event boundary.
 fn switch_component(node: &Node, stub: &Stub, instance: &mut Box<dyn GuestInstance>) {
     if let Some(digest) = node.classes.digest(&stub.id.class)
@@ -442,7 +346,8 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 reply,
                 started,
             } => {
-                let outcome = operator_sql(&mut host(instance).store, &request, &statement);
+                let outcome =
+                    crate::actor::operator::run(&mut host(instance).store, &request, &statement);
                 (outcome.map(Some), Some(reply), started)
             }
             Job::Alarm(fire) => {
@@ -483,46 +388,6 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
             }
         }
     }
-}
-
-/// An operator's statement as an event (ADR 0065, amended): the result
-/// recorded for `request` if it ran before (a node that ran it stopped
-/// before it reported), else the statement's rows and the rows it changed,
-/// recorded in the same transaction. The statement runs as a guest's does
-/// (the authorizer keeps it out of the store's tables; the guest's limits).
-fn operator_sql(store: &mut ActorStore, request: &str, statement: &str) -> Result<Response> {
-    let store_error = |e: wasmkeep_store::Error| Error::Store(e.to_string());
-    let result = match store.operator_result(request).map_err(store_error)? {
-        Some(result) => result,
-        None => {
-            let changes = |store: &mut ActorStore| -> Result<i64> {
-                match store.query("SELECT total_changes()", &[]) {
-                    Ok(rows) => match rows.rows.first().and_then(|r| r.first()) {
-                        Some(wasmkeep_store::SqlValue::Integer(n)) => Ok(*n),
-                        _ => Err(Error::Store("total_changes() gave no number".into())),
-                    },
-                    Err(e) => Err(Error::Store(e.message)),
-                }
-            };
-            let before = changes(store)?;
-            let rows = store
-                .query(statement, &[])
-                .map_err(|e| Error::BadRequest(e.message))?;
-            let changed = changes(store)? - before;
-            let mut result = crate::ops::survey::json_rows(&rows);
-            result["changes"] = changed.into();
-            let result = result.to_string();
-            store
-                .record_operator_result(request, &result)
-                .map_err(store_error)?;
-            result
-        }
-    };
-    Ok(Response {
-        status: 200,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: result.into_bytes(),
-    })
 }
 
 /// Counts and logs a failed event; what its client is told (a trap's

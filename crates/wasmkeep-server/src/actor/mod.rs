@@ -9,10 +9,12 @@
 
 pub mod alarms;
 pub mod classes;
+pub(crate) mod delivery;
 pub(crate) mod erase;
 pub mod guest;
 pub mod host;
 pub(crate) mod mailbox;
+pub(crate) mod operator;
 pub(crate) mod orders;
 pub mod residents;
 pub mod secrets;
