@@ -79,6 +79,11 @@ function actorLink(id, params) {
   return el("a", { href: "#/actor?" + query }, id);
 }
 
+// "1 actor", "2 actors".
+function count(n, one, many) {
+  return n + " " + (n === 1 ? one : many);
+}
+
 function when(ms) {
   return ms === null || ms === undefined ? "-" : new Date(ms).toISOString();
 }
@@ -87,7 +92,7 @@ function when(ms) {
 
 async function nodesPage() {
   const { nodes } = await api("nodes");
-  show(el("h2", {}, "Nodes"), table("nodes-table", nodes.length + " nodes with a heartbeat", [
+  show(el("h2", {}, "Nodes"), table("nodes-table", count(nodes.length, "node", "nodes") + " with a heartbeat", [
     { label: "Node", value: n => n.node },
     { label: "Address", value: n => n.address },
     { label: "State", value: n => n.stale ? n.state + " (stale)" : n.state },
@@ -100,7 +105,7 @@ async function nodesPage() {
 
 async function classesPage() {
   const { classes } = await api("classes");
-  show(el("h2", {}, "Classes"), table("classes-table", classes.length + " deployed classes", [
+  show(el("h2", {}, "Classes"), table("classes-table", count(classes.length, "deployed class", "deployed classes"), [
     { label: "Class", value: c => c.class },
     { label: "Version", value: c => c.digest ? el("code", { title: c.digest }, c.digest.slice(0, 12)) : "unreadable: " + c.error },
     { label: "Database maximum", value: c => c.database_bytes_max ?? "-", num: true },
@@ -123,7 +128,7 @@ async function actorsPage(params) {
     after ? el("a", { href: "#/actors?" + new URLSearchParams({ prefix }) }, "First page") : null,
     next ? el("a", { id: "actors-next", href: "#/actors?" + new URLSearchParams({ prefix, after: next }) }, "Next page") : null);
   show(el("h2", {}, "Actors"), form, table("actors-table",
-    actors.length + (next ? "+" : "") + " actors" + (prefix ? " starting with " + prefix : ""), [
+    count(actors.length, "actor", "actors") + (next ? " and more" : "") + (prefix ? " starting with " + prefix : ""), [
       { label: "Actor", value: a => actorLink(a.actor) },
       { label: "Owner", value: a => a.owner ? a.owner + (a.hold_valid ? "" : " (expired)") : "-" },
       { label: "Alarm", value: a => when(a.alarm_ms) },
@@ -170,7 +175,7 @@ async function actorPage(params) {
     result.replaceChildren(el("p", { class: "empty" }, "Running…"));
     try {
       const rows = await api("sql", { id, q: input.value });
-      result.replaceChildren(sqlTable("sql-table", rows.rows.length + " rows", rows));
+      result.replaceChildren(sqlTable("sql-table", count(rows.rows.length, "row", "rows"), rows));
     } catch (e) {
       result.replaceChildren(el("p", { id: "sql-error", class: "empty", role: "alert" }, String(e.message)));
     }
