@@ -39,10 +39,7 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
         let actor = match node.keys.parse_delete_key(&item.key) {
             Ok(actor) => actor,
             Err(e) => {
-                tracing::warn!(key = %item.key, error = %e, "a delete key that names no actor is removed");
-                if let Err(e) = node.bucket.delete(&item.key).await {
-                    tracing::warn!(key = %item.key, error = %e, "removing the delete key failed");
-                }
+                crate::peering::heartbeat::remove_unparsed(node, &item.key, &e).await;
                 continue;
             }
         };

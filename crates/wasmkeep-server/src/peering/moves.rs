@@ -124,8 +124,7 @@ async fn newest_per_actor(node: &Node, listed: Vec<ObjectMeta>) -> Vec<MoveKey> 
         let (actor, target) = match node.keys.parse_move_key(&meta.key) {
             Ok(parsed) => parsed,
             Err(e) => {
-                tracing::warn!(key = %meta.key, error = %e, "a move key does not parse; deleting it");
-                delete_key(node, &meta.key).await;
+                crate::peering::heartbeat::remove_unparsed(node, &meta.key, &e).await;
                 continue;
             }
         };

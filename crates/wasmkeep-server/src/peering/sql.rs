@@ -37,10 +37,7 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
         let (actor, request) = match node.keys.parse_sql_key(&item.key) {
             Ok(parsed) => parsed,
             Err(e) => {
-                tracing::warn!(key = %item.key, error = %e, "an SQL key that names no request is removed");
-                if let Err(e) = node.bucket.delete(&item.key).await {
-                    tracing::warn!(key = %item.key, error = %e, "removing the SQL key failed");
-                }
+                crate::peering::heartbeat::remove_unparsed(node, &item.key, &e).await;
                 continue;
             }
         };

@@ -89,15 +89,21 @@ pub(super) fn open_connection(
     Ok(Conn::new(conn)?)
 }
 
-pub(super) fn read_alarm_table(conn: &Connection) -> Result<Option<i64>> {
-    let exists: Option<i64> = conn
+/// Whether the database has the table `name` (the store's own tables are
+/// made at their first write).
+pub(super) fn has_table(conn: &Connection, name: &str) -> Result<bool> {
+    let found: Option<i64> = conn
         .query_row(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_wasmkeep_alarm'",
-            [],
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [name],
             |r| r.get(0),
         )
         .optional()?;
-    if exists.is_none() {
+    Ok(found.is_some())
+}
+
+pub(super) fn read_alarm_table(conn: &Connection) -> Result<Option<i64>> {
+    if !has_table(conn, "_wasmkeep_alarm")? {
         return Ok(None);
     }
     let at: Option<Option<i64>> = conn

@@ -7,6 +7,7 @@
 use rusqlite::OptionalExtension as _;
 
 use super::ActorStore;
+use super::connection::has_table;
 use crate::Result;
 
 /// Results kept per actor: the newest ones; a request older than this
@@ -20,14 +21,7 @@ impl ActorStore {
     pub fn operator_result(&mut self, request: &str) -> Result<Option<String>> {
         self.begin_event()?;
         let conn = self.connection()?;
-        let table: Option<i64> = conn
-            .query_row(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_wasmkeep_operator'",
-                [],
-                |row| row.get(0),
-            )
-            .optional()?;
-        if table.is_none() {
+        if !has_table(conn, "_wasmkeep_operator")? {
             return Ok(None);
         }
         Ok(conn
