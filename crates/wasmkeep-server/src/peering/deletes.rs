@@ -39,7 +39,7 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
         let actor = match node.keys.parse_delete_key(&item.key) {
             Ok(actor) => actor,
             Err(e) => {
-                crate::peering::heartbeat::remove_unparsed(node, &item.key, &e).await;
+                crate::peering::control::remove_unparsed(node, &item.key, &e).await;
                 continue;
             }
         };

@@ -5,6 +5,7 @@
 //! node calls behind its trait. Decisions of ownership are the
 //! `wasmkeep_cluster` crate's; this module carries them out.
 
+pub(crate) mod control;
 pub(crate) mod deletes;
 pub mod drain;
 pub mod forward;

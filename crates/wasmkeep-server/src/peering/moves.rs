@@ -124,7 +124,7 @@ async fn newest_per_actor(node: &Node, listed: Vec<ObjectMeta>) -> Vec<MoveKey> 
         let (actor, target) = match node.keys.parse_move_key(&meta.key) {
             Ok(parsed) => parsed,
             Err(e) => {
-                crate::peering::heartbeat::remove_unparsed(node, &meta.key, &e).await;
+                crate::peering::control::remove_unparsed(node, &meta.key, &e).await;
                 continue;
             }
         };

@@ -37,7 +37,7 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
         let (actor, request) = match node.keys.parse_sql_key(&item.key) {
             Ok(parsed) => parsed,
             Err(e) => {
-                crate::peering::heartbeat::remove_unparsed(node, &item.key, &e).await;
+                crate::peering::control::remove_unparsed(node, &item.key, &e).await;
                 continue;
             }
         };
