@@ -509,13 +509,30 @@ impl Node {
         if due_ms <= self.clock.wall_ms() {
             return self.send_event(&fire.actor.clone(), Job::Alarm(fire)).await;
         }
-        match self.ensure_owner(&fire.actor).await? {
-            Owner::Local(_) => {
-                self.timer.adopt_retry(fire, due_ms);
-                Ok(())
-            }
-            Owner::Elsewhere { peer, .. } => Err(Error::HeldElsewhere { node: peer }),
+        self.arm_then_activate(fire, due_ms).await
+    }
+
+    /// Schedules `fire` at `due_ms` (unless a delivery of the same alarm as
+    /// far along is registered) and makes the actor resident here. The
+    /// entry goes in before the activation: activation arms the committed
+    /// alarm only when no delivery of it is registered, so a retry in
+    /// backoff is not overtaken by a fresh first delivery, which would run
+    /// at once and start the retries over. When the actor is not ours
+    /// (`Err(HeldElsewhere)`) or its activation fails, the entry is
+    /// withdrawn: whoever handed the alarm here keeps it.
+    pub(crate) async fn arm_then_activate(self: &Arc<Self>, fire: Fire, due_ms: i64) -> Result<()> {
+        let actor = fire.actor.clone();
+        let scheduled_ms = fire.scheduled_ms;
+        let adopted = self.timer.adopt_retry(fire, due_ms);
+        let refused = match self.ensure_owner(&actor).await {
+            Ok(Owner::Local(_)) => return Ok(()),
+            Ok(Owner::Elsewhere { peer, .. }) => Error::HeldElsewhere { node: peer },
+            Err(e) => e,
+        };
+        if adopted {
+            self.timer.clear_if(&actor, scheduled_ms);
         }
+        Err(refused)
     }
 
     /// Lists the alarm index and arms the timer for alarms of actors that are

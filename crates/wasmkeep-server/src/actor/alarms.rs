@@ -166,16 +166,20 @@ impl AlarmTimer {
     /// own due time, unless this node already knows of a delivery of the
     /// same alarm that is as far along. An entry of another alarm stays: it
     /// is the actor's committed alarm here (the mailbox runs only that one).
-    pub fn adopt_retry(&self, fire: Fire, due_ms: i64) {
+    /// True when the retry was scheduled.
+    pub fn adopt_retry(&self, fire: Fire, due_ms: i64) -> bool {
         let known = self
             .state
             .lock()
             .registered(&fire.actor)
             .map(|known| (known.scheduled_ms, known.retry_count));
         match known {
-            Some((scheduled_ms, _)) if scheduled_ms != fire.scheduled_ms => {}
-            Some((_, retry_count)) if retry_count >= fire.retry_count => {}
-            _ => self.set(due_ms, fire),
+            Some((scheduled_ms, _)) if scheduled_ms != fire.scheduled_ms => false,
+            Some((_, retry_count)) if retry_count >= fire.retry_count => false,
+            _ => {
+                self.set(due_ms, fire);
+                true
+            }
         }
     }
 
@@ -411,8 +415,26 @@ mod tests {
         assert_eq!(timer.retry_pending(&actor("a"), 7), Some((0, 7)));
         // With nothing registered, the retry is scheduled at its time.
         timer.clear(&actor("a"));
-        timer.adopt_retry(retry(3), 5);
+        assert!(timer.adopt_retry(retry(3), 5));
         assert_eq!(timer.take_due(5).0, [retry(3)]);
+    }
+
+    #[test]
+    fn an_activation_after_a_handed_over_retry_keeps_it() {
+        // The receiving node registers the retry before it activates the
+        // actor; the activation's arming of the committed alarm must not
+        // put a first delivery, due at once, in its place.
+        let timer = AlarmTimer::new(Arc::new(wasmkeep_cluster::SystemClock));
+        let fire = Fire {
+            actor: actor("a"),
+            scheduled_ms: 1,
+            retry_count: 1,
+        };
+        assert!(timer.adopt_retry(fire.clone(), 9));
+        timer.follow(&actor("a"), Some(1));
+        assert_eq!(timer.retry_pending(&actor("a"), 1), Some((1, 9)));
+        assert!(timer.take_due(8).0.is_empty());
+        assert_eq!(timer.take_due(9).0, [fire]);
     }
 
     #[tokio::test]

@@ -551,24 +551,17 @@ pub async fn receive_alarm(
     // The sender found this node named as the holder: the record decides,
     // not a hint of ours.
     node.forget_hints(actor);
-    match node.ensure_owner(actor).await? {
-        Owner::Local(_) => {
-            // Activation armed the committed alarm; the mailbox runs a
-            // delivery only if it matches the committed one.
-            let (retry_count, due_ms) = retry.unwrap_or((0, scheduled_ms));
-            node.timer.adopt_retry(
-                crate::actor::alarms::Fire {
-                    actor: actor.clone(),
-                    scheduled_ms,
-                    retry_count,
-                },
-                due_ms,
-            );
-            Ok(())
-        }
-        Owner::Elsewhere { peer, .. } => Err(Error::unavailable(format!(
+    let (retry_count, due_ms) = retry.unwrap_or((0, scheduled_ms));
+    let fire = crate::actor::alarms::Fire {
+        actor: actor.clone(),
+        scheduled_ms,
+        retry_count,
+    };
+    match node.arm_then_activate(fire, due_ms).await {
+        Err(Error::HeldElsewhere { node: peer }) => Err(Error::unavailable(format!(
             "actor {actor} is held by node {peer}; the alarm goes there"
         ))),
+        other => other,
     }
 }
 
