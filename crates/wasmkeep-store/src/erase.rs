@@ -1,21 +1,24 @@
-//! Emptying an actor's database for good (`wasmkeep actor delete`, ADR 0055).
+//! Emptying an actor's database for good (`wasmkeep actor delete`, ADR 0055),
+//! or putting another in its place (`wasmkeep actor import`, ADR 0069).
 //!
 //! Fencing rests on a log sequence number never being written twice: a
 //! former holder that was paused past its lease learns that it is stale
 //! when the record it writes next already exists. Deleting the log would
 //! free those numbers, and the former holder's next record would land and
-//! be restored on top of the actor's next life. So [`erase`] frees none: it
-//! extends the log with an empty record (a database of no pages) at the
-//! next free number, which fences every former writer, then writes an empty
-//! snapshot at that number, which leaves everything before it unread, and
-//! only then deletes what is before it. From then on the actor restores as
-//! an empty database whose log goes on after the fence; the actor's next
-//! life compacts the two small objects away like any others.
+//! be restored on top of the actor's next life. So [`replace`] frees none:
+//! it extends the log with a record of the whole new database (no pages for
+//! a delete) at the next free number, which fences every former writer,
+//! then writes a snapshot of it at that number, which leaves everything
+//! before it unread, and only then deletes what is before it. The record
+//! carries every page, not only a page count: should the snapshot not be
+//! written, the log alone restores the new database. From then on the
+//! actor restores as the new database whose log goes on after the fence;
+//! the actor's next life compacts the two objects away like any others.
 
 use wasmkeep_bucket::{Bucket, hinted};
 use wasmkeep_types::{ActorId, Keys};
 
-use crate::page::PageData;
+use crate::image::Image;
 use crate::record::{self, Header, Kind};
 use crate::store::FailureKind;
 use crate::store::write::{Haste, delete_all, put_settled};
@@ -26,9 +29,7 @@ use crate::{Error, Result, StoreConfig, WriterId};
 const FENCE_ATTEMPTS_MAX: u32 = 8;
 
 /// Empties `actor`'s database in the bucket so that no former writer can
-/// add to it (see the module). The caller holds the actor's ownership
-/// record and has no store of it open. Returns the fence's sequence number,
-/// the last one of the erased log.
+/// add to it: [`replace`] with [`Image::empty`].
 pub async fn erase(
     bucket: &dyn Bucket,
     keys: &Keys,
@@ -36,12 +37,27 @@ pub async fn erase(
     writer: &WriterId,
     config: &StoreConfig,
 ) -> Result<u64> {
+    replace(bucket, keys, actor, writer, config, &Image::empty()).await
+}
+
+/// Puts `image` in place of `actor`'s database in the bucket so that no
+/// former writer can add to it (see the module). The caller holds the
+/// actor's ownership record and has no store of it open. Returns the
+/// fence's sequence number, the first of the new database's log.
+pub async fn replace(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    actor: &ActorId,
+    writer: &WriterId,
+    config: &StoreConfig,
+    image: &Image,
+) -> Result<u64> {
     let mut attempts = 0;
     let fence = loop {
         attempts += 1;
         let seq = newest_seq(bucket, keys, actor).await? + 1;
         let key = keys.actor_log(actor, seq);
-        let body = empty(Kind::Log, seq, actor, writer);
+        let body = whole(Kind::Log, seq, actor, writer, image);
         match put_settled(bucket, &key, body, config, Haste::Hurried).await {
             Ok(()) => break seq,
             // A former holder's record landed since the listing.
@@ -56,18 +72,18 @@ pub async fn erase(
                 return Err(Error::Broken {
                     actor: actor.clone(),
                     seq,
-                    reason: format!("erase fence: {reason}"),
+                    reason: format!("replacing fence: {reason}"),
                 });
             }
         }
     };
     let key = keys.actor_snapshot(actor, fence);
-    let body = empty(Kind::Snapshot, fence, actor, writer);
+    let body = whole(Kind::Snapshot, fence, actor, writer, image);
     if let Err(kind) = put_settled(bucket, &key, body, config, Haste::Hurried).await {
         return Err(Error::Broken {
             actor: actor.clone(),
             seq: fence,
-            reason: format!("erase snapshot: {kind:?}"),
+            reason: format!("replacing snapshot: {kind:?}"),
         });
     }
     // Unread from now on: no need for the deletes to be durable.
@@ -99,18 +115,23 @@ fn seq_of(keys: &Keys, actor: &ActorId, key: &str) -> Option<u64> {
     ours.then(|| Keys::parse_seq(key).ok()).flatten()
 }
 
-/// A record or snapshot of an empty database with no alarm.
-fn empty(kind: Kind, seq: u64, actor: &ActorId, writer: &WriterId) -> bytes::Bytes {
+/// A record or snapshot holding every page of `image`, and its alarm.
+fn whole(kind: Kind, seq: u64, actor: &ActorId, writer: &WriterId, image: &Image) -> bytes::Bytes {
     record::encode(
         &Header {
             kind,
             seq,
-            db_pages: 0,
-            alarm_ms: None,
+            db_pages: image.db_pages(),
+            alarm_ms: image.alarm_ms(),
             actor: &actor.to_string(),
             node: &writer.node,
             incarnation: &writer.incarnation,
         },
-        std::iter::empty::<(u32, &PageData)>(),
+        image.pages().iter().enumerate().map(|(i, page)| {
+            (
+                u32::try_from(i).expect("bounded by the database maximum"),
+                &**page,
+            )
+        }),
     )
 }

@@ -48,6 +48,10 @@ pub enum Error {
     Sqlite(rusqlite::Error),
     #[error(transparent)]
     Bucket(#[from] wasmkeep_bucket::Error),
+    /// A database file offered for import (`wasmkeep actor import`) is not
+    /// one an actor can take; the reason says why and what to do.
+    #[error("{0}")]
+    BadImage(String),
     /// The flusher is gone (the runtime shut down).
     #[error("the store's flusher stopped")]
     Closed,

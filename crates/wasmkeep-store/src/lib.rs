@@ -11,7 +11,8 @@
 //! Snapshots (`Keys::actor_snapshot`) bound restore time and bucket size.
 //!
 //! [`erase`] empties an actor's database for good, fencing its former
-//! writers (`wasmkeep actor delete`).
+//! writers (`wasmkeep actor delete`); [`replace`] puts a checked [`Image`]
+//! in its place the same way (`wasmkeep actor import`).
 //!
 //! Modules: `vfs` (the in-memory file and its written-page tracking),
 //! `record` (the bytes of records and snapshots), `restore` (reading them
@@ -25,6 +26,7 @@ mod conn;
 mod erase;
 mod error;
 mod heavy;
+mod image;
 mod page;
 mod record;
 mod restore;
@@ -34,9 +36,10 @@ mod vfs;
 
 use std::time::Duration;
 
-pub use erase::erase;
+pub use erase::{erase, replace};
 pub use error::{Error, Result};
 pub use heavy::{INLINE_SLICE, heavy_max, statements_off_worker_total};
+pub use image::{Image, Imported, imported};
 pub use record::FORMAT_VERSION;
 pub use sql::{SqlError, SqlParam, SqlRows, SqlValue};
 pub use store::{ActorStore, OPERATOR_RESULTS_KEPT, OutputGate};

@@ -31,6 +31,7 @@ mod events;
 mod flusher;
 mod open;
 mod operator;
+pub(crate) use connection::{has_table, read_alarm_table};
 pub use operator::OPERATOR_RESULTS_KEPT;
 mod snapshots;
 pub(crate) mod write;

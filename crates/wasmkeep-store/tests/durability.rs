@@ -495,6 +495,94 @@ async fn an_erased_actor_fences_its_former_writer_and_restores_empty() {
     );
 }
 
+/// `wasmkeep actor import` (ADR 0069): another actor's exported database
+/// takes the place of this one's as a delete empties it: the former writer
+/// is fenced, the actor restores as the image with its alarm, the log
+/// record alone restores it too (should the snapshot be lost), and
+/// [`wasmkeep_store::imported`] tells the import's own data from other data.
+#[tokio::test]
+async fn an_imported_image_replaces_the_data_and_fences_the_former_writer() {
+    use wasmkeep_store::{Image, Imported, imported};
+    let bucket = Probe::new();
+    let (source, target) = (actor("source"), actor("target"));
+    let mut s = open(&bucket, &source, "n1").await;
+    s.begin_event().unwrap();
+    s.execute("CREATE TABLE t (x)", &[]).unwrap();
+    s.execute("INSERT INTO t VALUES (41), (1)", &[]).unwrap();
+    s.set_alarm(Some(1_700_000_000_123)).unwrap();
+    s.commit_event().unwrap().await.unwrap();
+    let file = s.database_image();
+    drop(s);
+
+    assert_eq!(
+        imported(&*bucket, &keys(), &target, "00ff").await.unwrap(),
+        Imported::Empty
+    );
+    let mut former = open(&bucket, &target, "n1").await;
+    event(&mut former, &["CREATE TABLE mine (y)"])
+        .await
+        .unwrap();
+    former.flush().await.unwrap();
+    assert_eq!(
+        imported(&*bucket, &keys(), &target, "00ff").await.unwrap(),
+        Imported::Other
+    );
+
+    let image = Image::from_file(&file, 1 << 30, Some("00ff")).unwrap();
+    let fence =
+        wasmkeep_store::replace(&*bucket, &keys(), &target, &writer("n2"), &config(), &image)
+            .await
+            .unwrap();
+    assert_eq!(fence, 2, "one record, then the fence");
+    let late = event(&mut former, &["INSERT INTO mine VALUES (1)"]).await;
+    assert!(
+        matches!(late, Err(Error::Fenced { seq: 2, .. })),
+        "got {late:?}"
+    );
+    assert_eq!(
+        imported(&*bucket, &keys(), &target, "00ff").await.unwrap(),
+        Imported::ThisOne
+    );
+    assert_eq!(
+        imported(&*bucket, &keys(), &target, "00fe").await.unwrap(),
+        Imported::Other,
+        "another import's id"
+    );
+
+    let restored = |a: &wasmkeep_types::ActorId, node: &'static str| {
+        let bucket = bucket.clone();
+        let a = a.clone();
+        async move {
+            let mut store = open(&bucket, &a, node).await;
+            let sum = int(&mut store, "SELECT sum(x) FROM t");
+            let mine = int(
+                &mut store,
+                "SELECT count(*) FROM sqlite_master WHERE name = 'mine'",
+            );
+            (sum, mine, store.alarm())
+        }
+    };
+    assert_eq!(
+        restored(&target, "n3").await,
+        (42, 0, Some(1_700_000_000_123))
+    );
+    // Should the snapshot not be written, the fence record alone restores
+    // the image (here an actor with no log before it).
+    let fresh = actor("fresh");
+    let fence =
+        wasmkeep_store::replace(&*bucket, &keys(), &fresh, &writer("n2"), &config(), &image)
+            .await
+            .unwrap();
+    bucket
+        .delete(&keys().actor_snapshot(&fresh, fence))
+        .await
+        .unwrap();
+    assert_eq!(
+        restored(&fresh, "n4").await,
+        (42, 0, Some(1_700_000_000_123))
+    );
+}
+
 #[tokio::test]
 async fn a_lost_reply_is_settled_by_reading_the_record_back() {
     let bucket = Probe::new();

@@ -91,7 +91,7 @@ pub(super) fn open_connection(
 
 /// Whether the database has the table `name` (the store's own tables are
 /// made at their first write).
-pub(super) fn has_table(conn: &Connection, name: &str) -> Result<bool> {
+pub(crate) fn has_table(conn: &Connection, name: &str) -> Result<bool> {
     let found: Option<i64> = conn
         .query_row(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -102,7 +102,7 @@ pub(super) fn has_table(conn: &Connection, name: &str) -> Result<bool> {
     Ok(found.is_some())
 }
 
-pub(super) fn read_alarm_table(conn: &Connection) -> Result<Option<i64>> {
+pub(crate) fn read_alarm_table(conn: &Connection) -> Result<Option<i64>> {
     if !has_table(conn, "_wasmkeep_alarm")? {
         return Ok(None);
     }
