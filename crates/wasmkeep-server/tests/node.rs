@@ -1925,3 +1925,148 @@ fn actor_sql_write_runs_once_on_the_holder_and_commits() {
     });
     assert_eq!(count(&server, "w"), 128, "the statement ran once");
 }
+
+/// `actor import` (ADR 0069): an exported database goes into an actor with
+/// no data and serves at once, with its alarm; into an actor with data
+/// only with `--replace`, resident (its holder hands it over first) or
+/// unheld; a file that is not a sound SQLite database of ours is refused
+/// before anything is written; and a request carried out again (same key)
+/// does not replace what the actor wrote since.
+#[test]
+fn actor_import_puts_an_exported_database_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    // A node sees requests at its heartbeat.
+    let fast = ["--heartbeat", "300ms"];
+    let server = dev(dir.path(), &fast);
+    for _ in 0..3 {
+        server.req("POST", "/demo/counter/source/increment");
+    }
+    let alarm = server.req("POST", "/demo/counter/source/alarm?in_ms=3600000");
+    assert_eq!(alarm.status, 200, "{}", alarm.text());
+    let alarm_ms: i64 = alarm.text().trim().parse().unwrap();
+    let bucket = folder_bucket(dir.path());
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .args(["actor"])
+            .args(args)
+            .args(["--bucket", &bucket])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let file = dir.path().join("source.sqlite");
+    let path = file.to_str().unwrap();
+    let (ok, _, err) = cli(&["export", "demo/counter/source", path]);
+    assert!(ok, "{err}");
+
+    // Into an actor with no data: it serves the file's rows and alarm.
+    let (ok, json, err) = cli(&["import", "demo/counter/copy", path, "--json"]);
+    assert!(ok, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["alarm_ms"], alarm_ms, "{json}");
+    assert_eq!(json["replaced"], false, "{json}");
+    assert_eq!(count(&server, "copy"), 3);
+    assert_eq!(
+        server.req("POST", "/demo/counter/copy/increment").text(),
+        "4"
+    );
+    let (ok, inspected, err) = cli(&["inspect", "demo/counter/copy", "--json"]);
+    assert!(ok, "{err}");
+    assert!(inspected.contains(&alarm_ms.to_string()), "{inspected}");
+
+    // Into an actor with data: only with --replace.
+    let (ok, _, err) = cli(&["import", "demo/counter/copy", path]);
+    assert!(
+        !ok && err.contains("has data") && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert_eq!(count(&server, "copy"), 4);
+    let (ok, _, err) = cli(&["import", "demo/counter/copy", path, "--replace"]);
+    assert!(ok && err.contains("imported"), "{err}");
+    assert_eq!(count(&server, "copy"), 3, "the resident actor was replaced");
+
+    // Files that are not sound databases of ours: refused, nothing written.
+    let good = std::fs::read(&file).unwrap();
+    let mut wal = good.clone();
+    (wal[18], wal[19]) = (2, 2);
+    let mut noise = good.clone();
+    let last = noise.len() - 4096;
+    noise[last..last + 64].fill(0x5a);
+    let bad_file = dir.path().join("bad.sqlite");
+    for (bytes, says) in [
+        (b"not a database".to_vec(), "not a SQLite database"),
+        (good[..good.len() - 100].to_vec(), "whole number of pages"),
+        (wal, "WAL"),
+        (noise, "SQLite"),
+    ] {
+        std::fs::write(&bad_file, &bytes).unwrap();
+        let (ok, _, err) = cli(&[
+            "import",
+            "demo/counter/copy",
+            bad_file.to_str().unwrap(),
+            "--replace",
+        ]);
+        assert!(
+            !ok && err.contains(says) && err.contains("nothing was written"),
+            "{says}: {err}"
+        );
+    }
+    let (ok, _, err) = cli(&["import", "demo/counter/copy", "/nonexistent/file"]);
+    assert!(!ok && err.contains("reading /nonexistent/file"), "{err}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let keys = wasmkeep_types::Keys::new(&wasmkeep_types::AppName::new("default").unwrap());
+    let requests = rt.block_on(async {
+        let store = wasmkeep_bucket::open(&bucket).await.unwrap();
+        store.list(&keys.imports_prefix()).await.unwrap()
+    });
+    assert!(requests.is_empty(), "a refused import wrote {requests:?}");
+    assert_eq!(count(&server, "copy"), 3);
+
+    // Nobody holds the actor: the node's pass acquires it and imports.
+    for _ in 0..2 {
+        server.req("POST", "/demo/counter/source/increment");
+    }
+    assert!(server.stop());
+    let server = dev(dir.path(), &fast);
+    let (ok, _, err) = cli(&["import", "demo/counter/source", path, "--replace"]);
+    assert!(ok, "{err}");
+    assert_eq!(count(&server, "source"), 3);
+
+    // The same request twice (as when a node stops after the import and
+    // before it reports): the second finds the actor's data came from it
+    // and leaves the writes made since.
+    let import_once = || {
+        rt.block_on(async {
+            let store = wasmkeep_bucket::open(&bucket).await.unwrap();
+            let actor = wasmkeep_types::ActorId::parse("demo/counter/again").unwrap();
+            let key = keys.import_key(&actor, "00aa").unwrap();
+            let result_key = keys.import_result_key(&actor, "00aa").unwrap();
+            let mut body = b"wasmkeep-import 1 replace\n".to_vec();
+            body.extend_from_slice(&good);
+            store.put(&key, bytes::Bytes::from(body)).await.unwrap();
+            let deadline = std::time::Instant::now() + common::WAIT_MAX;
+            let result = loop {
+                if let Ok(object) = store.get(&result_key).await {
+                    break object.bytes;
+                }
+                assert!(std::time::Instant::now() < deadline, "no result");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            };
+            store.delete(&result_key).await.unwrap();
+            serde_json::from_slice::<serde_json::Value>(&result).unwrap()
+        })
+    };
+    let first = import_once();
+    assert_eq!(first["imported"], true, "{first}");
+    assert_eq!(
+        server.req("POST", "/demo/counter/again/increment").text(),
+        "4"
+    );
+    let second = import_once();
+    assert_eq!(second["earlier"], true, "{second}");
+    assert_eq!(count(&server, "again"), 4, "the import ran once");
+}

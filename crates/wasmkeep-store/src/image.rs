@@ -200,7 +200,7 @@ fn check_header(file: &[u8]) -> Result<()> {
             "its file format versions ({write_version}, {read_version}) are not SQLite 3's"
         )));
     }
-    if file.len() % PAGE_BYTES != 0 {
+    if !file.len().is_multiple_of(PAGE_BYTES) {
         return Err(bad(format!(
             "its length ({} bytes) is not a whole number of pages: truncated, or with bytes appended",
             file.len()

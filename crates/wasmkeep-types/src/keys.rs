@@ -5,8 +5,10 @@
 //! apps/<app>/control/drain/<node>                                     drain request (ADR 0014)
 //! apps/<app>/control/delete/<tenant>/<class>/<name hex>/<request>     delete request (ADR 0055)
 //! apps/<app>/control/sql/<tenant>/<class>/<name hex>/<request>        an operator's write (ADR 0065)
+//! apps/<app>/control/import/<tenant>/<class>/<name hex>/<request>     an import (ADR 0069)
 //! apps/<app>/control/tenant-tokens                                    every tenant needs a token (ADR 0059)
 //! apps/<app>/results/sql/<tenant>/<class>/<name hex>/<request>        that write's result
+//! apps/<app>/results/import/<tenant>/<class>/<name hex>/<request>     that import's result
 //! apps/<app>/nodes/<node>                                             heartbeat = node lease
 //! apps/<app>/owners/<tenant>/<class>/<name hex>                       ownership record
 //! apps/<app>/actors/<tenant>/<class>/<name hex>/log/<seq>             actor log record
@@ -164,17 +166,7 @@ impl Keys {
     /// Parses a key listed under [`Keys::sqls_prefix`] into the actor and
     /// the request.
     pub fn parse_sql_key(&self, key: &str) -> Result<(ActorId, String), Error> {
-        let rest = self.strip(key, &self.sqls_prefix())?;
-        let parts: Vec<&str> = rest.split('/').collect();
-        let [tenant, class, name_hex, request] = parts[..] else {
-            return Err(invalid(key, "want <tenant>/<class>/<name hex>/<request>"));
-        };
-        if !is_delete_request(request) {
-            return Err(invalid(key, "the request is 1 to 32 lower-case hex digits"));
-        }
-        let actor = ActorId::from_key_parts(tenant, class, name_hex)
-            .map_err(|_| invalid(key, "actor id does not parse"))?;
-        Ok((actor, request.to_owned()))
+        parse_request_key(key, self.strip(key, &self.sqls_prefix())?)
     }
 
     /// `results/sql/<tenant>/<class>/<name hex>/<request>`: what the
@@ -185,6 +177,45 @@ impl Keys {
         request_key(
             format!(
                 "{}results/sql/{}/{request}",
+                self.root,
+                Self::actor_path(actor)
+            ),
+            request,
+        )
+    }
+
+    /// `control/import/<tenant>/<class>/<name hex>/<request>`: `wasmkeep
+    /// actor import` asks for a database to take the actor's data's place
+    /// (ADR 0069); the body says how, then holds the file. `request` as for
+    /// [`Keys::delete_key`].
+    pub fn import_key(&self, actor: &ActorId, request: &str) -> Result<String, Error> {
+        request_key(
+            format!(
+                "{}{}/{request}",
+                self.imports_prefix(),
+                Self::actor_path(actor)
+            ),
+            request,
+        )
+    }
+
+    pub fn imports_prefix(&self) -> String {
+        format!("{}control/import/", self.root)
+    }
+
+    /// Parses a key listed under [`Keys::imports_prefix`] into the actor
+    /// and the request.
+    pub fn parse_import_key(&self, key: &str) -> Result<(ActorId, String), Error> {
+        parse_request_key(key, self.strip(key, &self.imports_prefix())?)
+    }
+
+    /// `results/import/<tenant>/<class>/<name hex>/<request>`: how the
+    /// import of [`Keys::import_key`] ended, written by the node that
+    /// carried it out, read and removed by the command.
+    pub fn import_result_key(&self, actor: &ActorId, request: &str) -> Result<String, Error> {
+        request_key(
+            format!(
+                "{}results/import/{}/{request}",
                 self.root,
                 Self::actor_path(actor)
             ),
@@ -377,6 +408,21 @@ fn is_delete_request(request: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// The actor and request of an operator's request `key`, whose part after
+/// its kind's prefix is `rest`: `<tenant>/<class>/<name hex>/<request>`.
+fn parse_request_key(key: &str, rest: &str) -> Result<(ActorId, String), Error> {
+    let parts: Vec<&str> = rest.split('/').collect();
+    let [tenant, class, name_hex, request] = parts[..] else {
+        return Err(invalid(key, "want <tenant>/<class>/<name hex>/<request>"));
+    };
+    if !is_delete_request(request) {
+        return Err(invalid(key, "the request is 1 to 32 lower-case hex digits"));
+    }
+    let actor = ActorId::from_key_parts(tenant, class, name_hex)
+        .map_err(|_| invalid(key, "actor id does not parse"))?;
+    Ok((actor, request.to_owned()))
+}
+
 /// `key`, which ends in `request`, if the request is a request id (1 to
 /// [`DELETE_REQUEST_MAX`] lower-case hex digits).
 fn request_key(key: String, request: &str) -> Result<String, Error> {
@@ -484,6 +530,31 @@ mod tests {
                 .is_err()
         );
         assert!(k.parse_sql_key(&k.delete_key(&a, "00").unwrap()).is_err());
+    }
+
+    #[test]
+    fn import_keys_name_their_actor_and_request() {
+        let k = Keys::new(&AppName::new("shop").unwrap());
+        let a = ActorId::parse("acme/counter/a/b").unwrap();
+        let key = k.import_key(&a, "00ff").unwrap();
+        assert_eq!(key, "apps/shop/control/import/acme/counter/612f62/00ff");
+        assert_eq!(
+            k.parse_import_key(&key).unwrap(),
+            (a.clone(), "00ff".into())
+        );
+        assert_eq!(
+            k.import_result_key(&a, "00ff").unwrap(),
+            "apps/shop/results/import/acme/counter/612f62/00ff"
+        );
+        for bad in ["", "00FF", "x", &"0".repeat(33)] {
+            assert!(k.import_key(&a, bad).is_err(), "{bad:?}");
+            assert!(k.import_result_key(&a, bad).is_err(), "{bad:?}");
+        }
+        assert!(k.parse_import_key(&k.sql_key(&a, "00").unwrap()).is_err());
+        assert!(
+            k.parse_import_key("apps/shop/control/import/acme/counter/612f62")
+                .is_err()
+        );
     }
 
     #[test]

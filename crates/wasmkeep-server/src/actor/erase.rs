@@ -1,24 +1,27 @@
-//! Deleting an actor's data (ADR 0055), by whoever holds its ownership
-//! record: its mailbox at hand-over, or a delete pass for an unheld actor.
-//! Never decides whether the actor is to be deleted: the caller has the
-//! request and the record.
+//! Replacing an actor's data: deleting it (ADR 0055) or importing a
+//! database in its place (ADR 0069), by whoever holds its ownership record:
+//! its mailbox at hand-over, or a pass over the requests for an unheld
+//! actor. Never decides whether the actor's data is to be replaced: the
+//! caller has the request and the record.
 
+use wasmkeep_store::Image;
 use wasmkeep_types::ActorId;
 
 use crate::Result;
 use crate::node::Node;
 
-/// Empties the actor's database so that no former holder can add to it
-/// ([`wasmkeep_store::erase`]: two small objects stay, an empty snapshot
-/// and the log record that fences), then deletes its alarm. The caller
-/// holds the actor's ownership record, and nothing of its store writes
-/// any more.
-pub(crate) async fn delete_data(node: &Node, actor: &ActorId) -> Result<()> {
+/// Puts `image` in place of the actor's database so that no former holder
+/// can add to it ([`wasmkeep_store::replace`]: two objects stay, the
+/// snapshot and the log record that fences; [`Image::empty`] deletes),
+/// then puts its alarm index in line with the image's alarm and arms the
+/// timer for it. The caller holds the actor's ownership record, and
+/// nothing of its store writes any more.
+pub(crate) async fn replace_data(node: &Node, actor: &ActorId, image: &Image) -> Result<()> {
     let writer = wasmkeep_store::WriterId {
         node: node.node_id.to_string(),
         incarnation: node.peering.lease.incarnation(),
     };
-    if wasmkeep_cluster::planted::erase_frees_numbers() {
+    if image.db_pages() == 0 && wasmkeep_cluster::planted::erase_frees_numbers() {
         for listed in
             wasmkeep_bucket::hinted::list_keys(&*node.bucket, &node.keys.actor_prefix(actor))
                 .await?
@@ -26,17 +29,28 @@ pub(crate) async fn delete_data(node: &Node, actor: &ActorId) -> Result<()> {
             node.bucket.delete(&listed.key).await?;
         }
     } else {
-        wasmkeep_store::erase(
+        wasmkeep_store::replace(
             &*node.bucket,
             &node.keys,
             actor,
             &writer,
             &node.residents.store_config,
+            image,
         )
         .await
         .map_err(|e| crate::Error::Store(e.to_string()))?;
     }
-    node.bucket.delete(&node.keys.alarm(actor)).await?;
+    let index = node.keys.alarm(actor);
     node.timer.clear(actor);
+    match image.alarm_ms() {
+        Some(at_ms) => {
+            node.bucket
+                .put(&index, bytes::Bytes::from(at_ms.to_string()))
+                .await?;
+            // Fired here, it activates the actor (after this release).
+            node.timer.set_if_absent(actor.clone(), at_ms);
+        }
+        None => node.bucket.delete(&index).await?,
+    }
     Ok(())
 }

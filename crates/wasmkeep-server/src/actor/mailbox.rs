@@ -17,10 +17,11 @@ use wasmkeep_types::heartbeat::DrainState;
 
 use crate::actor::alarms::{Fire, retry_delay};
 use crate::actor::delivery::{Delivery, deliver, deliverer};
-use crate::actor::erase::delete_data;
 use crate::actor::guest::GuestInstance;
 use crate::actor::host::NodeHost;
-pub(crate) use crate::actor::orders::{DeleteOrder, Job, MoveOrder, MoveOutcome, MoveReply, Reply};
+pub(crate) use crate::actor::orders::{
+    Job, MoveOrder, MoveOutcome, MoveReply, ReplaceOrder, Reply,
+};
 use crate::actor::socket_table::{
     CLOSE_HANDSHAKE_TIME_MAX, CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, CLOSE_SERVICE_RESTART, Outgoing,
 };
@@ -41,7 +42,7 @@ struct Active {
     /// Set when the actor leaves for a move: told how the hand-over went.
     move_reply: Option<(MoveReply, Box<dyn MoveOrder>)>,
     /// Set when the actor leaves to be deleted: told once its data is gone.
-    delete_order: Option<Box<dyn DeleteOrder>>,
+    replace_order: Option<Box<dyn ReplaceOrder>>,
     /// Jobs run since the activation, counted up to 2: after only one, the
     /// instance is dropped as soon as the mailbox is empty (ADR 0024,
     /// amended). Most actors activated by one event get no second one
@@ -73,9 +74,9 @@ enum Leave {
     /// which sends the take call; the alarm stays registered here until the
     /// take succeeded.
     Move,
-    /// `wasmkeep actor delete`: hand over and delete the actor's data
-    /// while the ownership record still names this node.
-    Delete,
+    /// `wasmkeep actor delete` or `actor import`: hand over and replace
+    /// the actor's data while the ownership record still names this node.
+    Replace,
 }
 
 pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver<Box<Job>>) {
@@ -210,7 +211,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
         deliverer,
         delivering,
         move_reply: None,
-        delete_order: None,
+        replace_order: None,
         jobs_run: 0,
     })
 }
@@ -356,7 +357,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 Box::pin(run_alarm(node, stub, active, fire, alarm_before)).await;
                 return;
             }
-            Job::Hibernate | Job::Drain | Job::Delete(_) => {
+            Job::Hibernate | Job::Drain | Job::Replace(_) => {
                 host(instance).store.rollback_event();
                 return;
             }
@@ -628,7 +629,7 @@ async fn hand_over(
     if healthy {
         // Events queued before the close still run here.
         while let Ok(job) = rx.try_recv() {
-            if !matches!(*job, Job::Hibernate | Job::Drain | Job::Delete(_)) {
+            if !matches!(*job, Job::Hibernate | Job::Drain | Job::Replace(_)) {
                 run_job(node, stub, &mut active, *job).await;
             }
         }
@@ -639,8 +640,8 @@ async fn hand_over(
         }
     }
     // Sockets: clients are told to reconnect; the guest sees each close.
-    let (code, reason) = if leave == Leave::Delete {
-        (CLOSE_NORMAL, "actor deleted")
+    let (code, reason) = if let Some(order) = &active.replace_order {
+        (CLOSE_NORMAL, order.close_reason())
     } else if healthy || fenced {
         (CLOSE_SERVICE_RESTART, "server restarting")
     } else {
@@ -671,16 +672,16 @@ async fn hand_over(
         deliverer,
         delivering: _,
         move_reply,
-        delete_order,
+        replace_order,
         jobs_run: _,
     } = active;
     drop(delivery_tx);
     let _ = deliverer.await;
-    let deleting = leave == Leave::Delete;
+    let replacing = replace_order.as_ref();
     // Every record of the store landed or was refused: only then is the
     // hold released (the next holder then need not fence: ADR 0062).
     let mut settled = false;
-    if deleting {
+    if replacing.is_some_and(|order| !order.reads_data()) {
         // Nothing of the store may write after its data is deleted.
         unless_lapsed(node, host(&mut instance).store.close_in_place()).await;
     } else if healthy {
@@ -695,32 +696,27 @@ async fn hand_over(
     // The committed alarm, read before the database closes.
     let alarm = host(&mut instance).store.alarm();
     drop(instance);
-    // Deleted while the record still names this node: nobody else can
-    // open the actor meanwhile (ADR 0055).
-    let deleted = deleting
+    // Replaced while the record still names this node: nobody else can
+    // open the actor meanwhile (ADR 0055). An import reads the data first,
+    // so only once all of it landed.
+    if let Some(order) = replacing
         && !stub.is_fenced()
-        && match unless_lapsed(node, delete_data(node, &stub.id)).await {
-            Some(Ok(())) => true,
+        && (settled || !order.reads_data())
+    {
+        match unless_lapsed(node, order.carry_out(&stub.id)).await {
+            // The replacement fenced the log itself.
+            Some(Ok(replaced)) => settled |= replaced,
             Some(Err(e)) => {
-                tracing::warn!(actor = %stub.id, error = %e, "deleting the actor's data failed; the next pass over the delete keys tries again");
-                false
+                tracing::warn!(actor = %stub.id, error = %e, "replacing the actor's data failed; the next pass over the requests tries again");
             }
-            None => false,
-        };
-    // The erase fenced the log itself.
-    settled |= deleted;
-    if deleted {
-        // Before the release: a pass that lists the key from now on finds
-        // the actor still held here, and leaves it be.
-        if let Some(order) = &delete_order {
-            order.done(&stub.id).await;
+            None => {}
         }
     }
-    if healthy && !deleting {
+    if healthy && replacing.is_none() {
         // The lease is kept while a socket is closing: its client learns
-        // the code before the actor leaves. A deleted actor leaves nothing
-        // for a new holder to answer for: its record goes at once, and its
-        // sockets finish their close handshakes on their own.
+        // the code before the actor leaves. A deleted or imported actor
+        // leaves nothing for a new holder to answer for: its record goes at
+        // once, and its sockets finish their close handshakes on their own.
         await_sockets_closed(stub).await;
     }
     // The lease lapsed (before or during the hand-over): another node may
@@ -889,10 +885,10 @@ async fn serve_until_leave(
             // Only while the request stands: a pass that listed the key
             // before an earlier deletion removed it must not delete the
             // new actor's writes.
-            Some(Job::Delete(order)) => {
+            Some(Job::Replace(order)) => {
                 if order.stands(&stub.id).await {
-                    active.delete_order = Some(order);
-                    return Leave::Delete;
+                    active.replace_order = Some(order);
+                    return Leave::Replace;
                 }
             }
             Some(Job::Move { order, reply }) => {

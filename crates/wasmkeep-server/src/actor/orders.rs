@@ -1,7 +1,7 @@
 //! What the node's other parts ask of an actor's mailbox: the jobs its
-//! channel carries, among them a move (ADR 0017) and a delete (ADR 0055)
-//! as the mailbox sees them. Their traits are defined here and implemented
-//! by `peering::moves` and `peering::deletes`, so that `actor/` never
+//! channel carries, among them a move (ADR 0017) and a delete (ADR 0055) or
+//! import (ADR 0069) as the mailbox sees them. Their traits are defined
+//! here and implemented by `peering::moves` and `peering::deletes`, so that `actor/` never
 //! imports `peering/`; an order carries what it needs, so the mailbox hands
 //! it nothing of the node.
 
@@ -59,10 +59,11 @@ pub(crate) enum Job {
         reply: Reply,
         started: Instant,
     },
-    /// Delete the actor (ADR 0055): hand it over now, after the events
-    /// queued before this job, deleting its data before its ownership
-    /// record is released, if the order still stands when the job runs.
-    Delete(Box<dyn DeleteOrder>),
+    /// Delete the actor (ADR 0055), or import a database in its place (ADR
+    /// 0069): hand it over now, after the events queued before this job,
+    /// replacing its data before its ownership record is released, if the
+    /// order still stands when the job runs.
+    Replace(Box<dyn ReplaceOrder>),
 }
 
 /// What the move job in the actor's mailbox reports.
@@ -90,14 +91,24 @@ pub(crate) trait MoveOrder: Send + Sync {
     fn forget(&self, actor: &ActorId);
 }
 
-/// A delete of the actor as its mailbox sees it (ADR 0055); the request
-/// itself (the delete key) is `peering::deletes`'s, which implements this.
+/// A delete (ADR 0055) or an import (ADR 0069) of the actor as its mailbox
+/// sees it; the request itself (its key, and for an import the database)
+/// is `peering::deletes`'s, which implements this.
 #[async_trait::async_trait]
-pub(crate) trait DeleteOrder: Send + Sync {
+pub(crate) trait ReplaceOrder: Send + Sync {
     /// Whether the request still stands: a pass that listed the key before
-    /// an earlier deletion removed it must not delete the new actor's writes.
+    /// an earlier one carried it out must not replace the new writes.
     async fn stands(&self, actor: &ActorId) -> bool;
-    /// The actor's data is gone (called while the record still names this
-    /// node, before its release).
-    async fn done(&self, actor: &ActorId);
+    /// Whether the actor's data is read before it is replaced (an import
+    /// looks at it; a delete does not), so every record of its store must
+    /// land first.
+    fn reads_data(&self) -> bool;
+    /// The close reason the actor's sockets are given.
+    fn close_reason(&self) -> &'static str;
+    /// Carries the request out, called while the ownership record names
+    /// this node and nothing of the actor's store writes any more: replaces
+    /// the data, or refuses and reports why. `Ok(true)`: the data was
+    /// replaced (the log is fenced). `Ok(false)`: nothing was written.
+    /// `Err`: the next pass tries again.
+    async fn carry_out(&self, actor: &ActorId) -> Result<bool>;
 }

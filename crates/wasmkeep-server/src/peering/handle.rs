@@ -47,9 +47,10 @@ pub struct Peering {
     pub moves: Moves,
     /// Holds a failed release left behind, given back once per heartbeat.
     pub(crate) leftovers: Leftovers,
-    /// Operators' statements (`actor sql --write`) this node runs now, by
-    /// request key: a pass does not send one twice while it runs.
-    pub(crate) sql_running: Mutex<BTreeSet<String>>,
+    /// Operators' statements (`actor sql --write`) and imports (`actor
+    /// import`) this node carries out now, by request key: a pass does not
+    /// start one twice while it runs.
+    pub(crate) operator_running: Mutex<BTreeSet<String>>,
 }
 
 /// What [`Peering::new`] takes from the node's platform.
@@ -141,7 +142,7 @@ impl Peering {
             drain: Drain::default(),
             moves: Moves::default(),
             leftovers: Leftovers::default(),
-            sql_running: Mutex::new(BTreeSet::new()),
+            operator_running: Mutex::new(BTreeSet::new()),
         })
     }
 

@@ -132,7 +132,7 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
     }
 }
 
-/// The passes over the move, delete and SQL keys, on one listing of
+/// The passes over the move, delete, import and SQL keys, on one listing of
 /// `control/` (one LIST per heartbeat, not one per pass; the drain keys in
 /// it are read by the drain check, each node its own).
 async fn control_passes(node: &Arc<Node>, time_max: Duration) {
@@ -155,17 +155,21 @@ async fn control_passes(node: &Arc<Node>, time_max: Duration) {
             }
         };
     node.front.tenants.note_listing(&node.keys, &listed);
-    let (moves_prefix, deletes_prefix, sqls_prefix) = (
+    let (moves_prefix, deletes_prefix, imports_prefix, sqls_prefix) = (
         node.keys.moves_prefix(),
         node.keys.deletes_prefix(),
+        node.keys.imports_prefix(),
         node.keys.sqls_prefix(),
     );
-    let (mut move_keys, mut delete_keys, mut sql_keys) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut move_keys, mut delete_keys, mut import_keys, mut sql_keys) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for meta in listed {
         if meta.key.starts_with(&moves_prefix) {
             move_keys.push(meta);
         } else if meta.key.starts_with(&deletes_prefix) {
             delete_keys.push(meta);
+        } else if meta.key.starts_with(&imports_prefix) {
+            import_keys.push(meta);
         } else if meta.key.starts_with(&sqls_prefix) {
             sql_keys.push(meta);
         }
@@ -183,6 +187,10 @@ async fn control_passes(node: &Arc<Node>, time_max: Duration) {
             .is_err()
     {
         tracing::warn!("the pass over the delete keys timed out");
+    }
+    // Imports replace data as deletes do, under the same conditions.
+    if deletes {
+        crate::peering::imports::check(node, import_keys).await;
     }
     if sqls {
         crate::peering::sql::check(node, sql_keys).await;

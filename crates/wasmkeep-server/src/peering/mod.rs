@@ -12,6 +12,7 @@ pub mod forward;
 mod handle;
 pub mod heartbeat;
 pub mod holder;
+pub(crate) mod imports;
 pub mod lease;
 pub(crate) mod leftovers;
 pub mod moves;

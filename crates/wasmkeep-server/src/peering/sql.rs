@@ -50,7 +50,12 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
         {
             continue;
         }
-        if !node.peering.sql_running.lock().insert(item.key.clone()) {
+        if !node
+            .peering
+            .operator_running
+            .lock()
+            .insert(item.key.clone())
+        {
             continue;
         }
         let node = Arc::clone(node);
@@ -58,7 +63,7 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
             if let Err(e) = carry_out(&node, &actor, &request, &item.key).await {
                 tracing::warn!(%actor, %request, error = %e, "an operator's statement was not carried out; the next pass tries again");
             }
-            node.peering.sql_running.lock().remove(&item.key);
+            node.peering.operator_running.lock().remove(&item.key);
         });
     }
 }

@@ -160,6 +160,28 @@ pub enum ActorCommand {
         #[command(flatten)]
         view: ViewArgs,
     },
+    /// Puts a SQLite database file (one `actor export` wrote, or any with
+    /// 4096-byte pages, not in WAL mode) in place of the actor's data, with
+    /// the alarm its `_wasmkeep_alarm` table holds (writes
+    /// `control/import/<tenant>/<class>/<name hex>/<request>`; the node that
+    /// holds the actor, or any node when none does, carries it out at its
+    /// next heartbeat; ADR 0069). Refused if the actor has data, unless
+    /// --replace. The file is checked before anything is written.
+    Import {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        /// The SQLite database file.
+        file: std::path::PathBuf,
+        /// Replace the actor's data if it has any (its holder hands it over
+        /// first; its open WebSockets are closed with 1000).
+        #[arg(long)]
+        replace: bool,
+        /// How long to wait for the node's answer.
+        #[arg(long, default_value = "60s")]
+        timeout: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
     /// Deletes one actor: its database, its alarm and its ownership record
     /// (writes `control/delete/<tenant>/<class>/<name hex>/<request>`; the node that
     /// holds it, or any node when none does, deletes it at its next

@@ -53,11 +53,63 @@ pub(super) async fn actor_sql(actor: &str, statement: &str, view: ViewArgs) -> a
 /// How often `actor sql --write` looks for its result.
 const RESULT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// `actor sql --write`: writes the request (the statement as its body, a
-/// key of its own, If-None-Match), waits for the node that runs it to
-/// write its result, prints the result and removes it. On a timeout the
-/// request is withdrawn if no node took it yet; one that did may still
-/// commit, once.
+/// A new operator request's id: 16 random hex digits.
+fn new_request() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// Writes an operator's request (`body` at `key`, If-None-Match), waits for
+/// the node that carries it out to write its result at `result_key`, and
+/// removes the result. On a timeout the request is withdrawn if no node
+/// took it yet; one that did may still carry it out, once. A result with
+/// an `error` is an error: the node wrote nothing.
+async fn ask(
+    bucket: &dyn wasmkeep_bucket::Bucket,
+    actor: &ActorId,
+    key: &str,
+    result_key: &str,
+    body: bytes::Bytes,
+    timeout: std::time::Duration,
+) -> anyhow::Result<serde_json::Value> {
+    bucket
+        .put_if_absent(key, body)
+        .await
+        .with_context(|| format!("writing the request {key}"))?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let result = loop {
+        match bucket.get(result_key).await {
+            Ok(object) => break object.bytes,
+            Err(wasmkeep_bucket::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e).context("reading the result"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let withdrawn = bucket.delete(key).await.is_ok();
+            bail!(
+                "actor {actor}: no result within {timeout:?} (is a node serving class {}? \
+                 `wasmkeep node list`). {}",
+                actor.class,
+                if withdrawn {
+                    "The request was withdrawn; a node that took it already may still carry it out, once."
+                } else {
+                    "The request could not be withdrawn: a node may still carry it out, once."
+                }
+            );
+        }
+        tokio::time::sleep(RESULT_POLL).await;
+    };
+    if let Err(e) = bucket.delete(result_key).await {
+        eprintln!("wasmkeep: removing the result {result_key} failed: {e}");
+    }
+    let result: serde_json::Value =
+        serde_json::from_slice(&result).context("the node's result is not JSON")?;
+    if let Some(error) = result.get("error").and_then(|e| e.as_str()) {
+        bail!("actor {actor}: {error} (nothing was written)");
+    }
+    Ok(result)
+}
+
+/// `actor sql --write`: asks for the statement to run on the actor's
+/// holder ([`ask`]) and prints its result.
 pub(super) async fn actor_sql_write(
     actor: &str,
     statement: &str,
@@ -74,43 +126,16 @@ pub(super) async fn actor_sql_write(
         );
     }
     let (bucket, keys, _) = open_view(&view).await?;
-    let request = format!("{:016x}", rand::random::<u64>());
-    let key = keys.sql_key(&actor, &request)?;
-    let result_key = keys.sql_result_key(&actor, &request)?;
-    bucket
-        .put_if_absent(&key, bytes::Bytes::from(statement.to_owned()))
-        .await
-        .context("writing the SQL request")?;
-    let deadline = tokio::time::Instant::now() + timeout;
-    let result = loop {
-        match bucket.get(&result_key).await {
-            Ok(object) => break object.bytes,
-            Err(wasmkeep_bucket::Error::NotFound { .. }) => {}
-            Err(e) => return Err(e).context("reading the SQL result"),
-        }
-        if tokio::time::Instant::now() >= deadline {
-            let withdrawn = bucket.delete(&key).await.is_ok();
-            bail!(
-                "actor {actor}: no result within {timeout:?} (is a node serving class {}? \
-                 `wasmkeep node list`). {}",
-                actor.class,
-                if withdrawn {
-                    "The request was withdrawn; a node that took it already may still run it, once."
-                } else {
-                    "The request could not be withdrawn: a node may still run it, once."
-                }
-            );
-        }
-        tokio::time::sleep(RESULT_POLL).await;
-    };
-    if let Err(e) = bucket.delete(&result_key).await {
-        eprintln!("wasmkeep: removing the result {result_key} failed: {e}");
-    }
-    let result: serde_json::Value =
-        serde_json::from_slice(&result).context("the node's result is not JSON")?;
-    if let Some(error) = result.get("error").and_then(|e| e.as_str()) {
-        bail!("actor {actor}: {error} (nothing was written)");
-    }
+    let request = new_request();
+    let result = ask(
+        &*bucket,
+        &actor,
+        &keys.sql_key(&actor, &request)?,
+        &keys.sql_result_key(&actor, &request)?,
+        bytes::Bytes::from(statement.to_owned()),
+        timeout,
+    )
+    .await?;
     let changes = result
         .get("changes")
         .and_then(serde_json::Value::as_i64)
@@ -181,6 +206,66 @@ pub(super) async fn actor_export(actor: &str, file: &Path, view: ViewArgs) -> an
         "actor {actor}: {} bytes written to {}",
         image.len(),
         file.display()
+    );
+    Ok(())
+}
+
+/// `actor import`: checks the file as the node will (against the class's
+/// database maximum when the class is deployed), then asks for the import
+/// ([`ask`]) and says how it ended.
+pub(super) async fn actor_import(
+    actor: &str,
+    file: &Path,
+    replace: bool,
+    timeout: &str,
+    view: ViewArgs,
+) -> anyhow::Result<()> {
+    let timeout = parse_duration(timeout).context("--timeout")?;
+    let actor = ActorId::parse(actor)
+        .with_context(|| format!("{actor:?} is not an actor id (TENANT/CLASS/NAME)"))?;
+    let mut wal = file.as_os_str().to_owned();
+    wal.push("-wal");
+    if Path::new(&wal).exists() {
+        bail!(
+            "{} has a write-ahead log beside it ({}); checkpoint it first: \
+             sqlite3 {} 'PRAGMA journal_mode=DELETE'",
+            file.display(),
+            Path::new(&wal).display(),
+            file.display()
+        );
+    }
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let (bucket, keys, _) = open_view(&view).await?;
+    let bytes_max = survey::class_rows(&*bucket, &keys)
+        .await?
+        .into_iter()
+        .find(|row| row.class == actor.class.as_str())
+        .and_then(|row| row.database_bytes_max)
+        .unwrap_or(u64::MAX);
+    wasmkeep_store::Image::from_file(&bytes, bytes_max, None)
+        .map_err(|e| anyhow::anyhow!("{}: {e}; nothing was written", file.display()))?;
+    let request = new_request();
+    let result = ask(
+        &*bucket,
+        &actor,
+        &keys.import_key(&actor, &request)?,
+        &keys.import_result_key(&actor, &request)?,
+        crate::peering::imports::request_body(replace, &bytes),
+        timeout,
+    )
+    .await?;
+    if view.json {
+        write_stdout(&json_text(&result)?);
+        return Ok(());
+    }
+    let alarm = match result.get("alarm_ms").and_then(serde_json::Value::as_i64) {
+        Some(at) => format!("; its alarm is at {at} ms"),
+        None => String::new(),
+    };
+    eprintln!(
+        "wasmkeep: actor {actor}: imported {} ({} bytes){alarm}",
+        file.display(),
+        bytes.len()
     );
     Ok(())
 }

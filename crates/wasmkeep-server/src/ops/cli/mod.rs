@@ -27,7 +27,7 @@ pub use args::{
 };
 pub use config::warn_misspelt_env;
 use control::{actor_delete, actor_move, node_drain, node_undrain};
-use data::{actor_export, actor_sql, actor_sql_write};
+use data::{actor_export, actor_import, actor_sql, actor_sql_write};
 use dev::{deploy, dev, serve};
 use views::{actor_inspect, actor_list, class_list, node_list};
 
@@ -82,6 +82,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Actor(ActorCommand::Export { actor, file, view }) => {
             actor_export(&actor, &file, view).await
         }
+        Command::Actor(ActorCommand::Import {
+            actor,
+            file,
+            replace,
+            timeout,
+            view,
+        }) => actor_import(&actor, &file, replace, &timeout, view).await,
         Command::Actor(ActorCommand::Move {
             actor,
             to,
