@@ -223,6 +223,12 @@ impl Keys {
         )
     }
 
+    /// Every result of an operator's request (`results/sql/...`,
+    /// `results/import/...`).
+    pub fn results_prefix(&self) -> String {
+        format!("{}results/", self.root)
+    }
+
     /// `control/tenant-tokens`: while it exists, every node of the app
     /// requires a tenant token on every client request (ADR 0059). Under
     /// `control/`, so the heartbeat's one listing sees it.
@@ -545,6 +551,14 @@ mod tests {
         assert_eq!(
             k.import_result_key(&a, "00ff").unwrap(),
             "apps/shop/results/import/acme/counter/612f62/00ff"
+        );
+        assert!(
+            k.import_result_key(&a, "00ff")
+                .unwrap()
+                .starts_with(&k.results_prefix())
+                && k.sql_result_key(&a, "00ff")
+                    .unwrap()
+                    .starts_with(&k.results_prefix())
         );
         for bad in ["", "00FF", "x", &"0".repeat(33)] {
             assert!(k.import_key(&a, bad).is_err(), "{bad:?}");

@@ -195,6 +195,30 @@ fn the_console_api_shows_actors_tables_rows_and_read_only_sql() {
     );
     assert_eq!(post.status, 405);
     assert_eq!(server.req("GET", "/demo/counter/a3/value").text(), "2");
+
+    // An import waiting for a node that serves its class is in progress.
+    let key = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let bucket = wasmkeep_bucket::open(&folder_bucket(dir.path()))
+            .await
+            .unwrap();
+        let keys = wasmkeep_types::Keys::new(&wasmkeep_types::AppName::new("default").unwrap());
+        let actor = wasmkeep_types::ActorId::parse("demo/elsewhere/x").unwrap();
+        let key = keys.import_key(&actor, "00aa").unwrap();
+        bucket
+            .put(
+                &key,
+                bytes::Bytes::from_static(b"wasmkeep-import 1 empty\n"),
+            )
+            .await
+            .unwrap();
+        key
+    });
+    let operations = json(&get(&server, "/_wasmkeep/console/api/operations", None));
+    assert_eq!(
+        operations["imports"],
+        serde_json::json!([{"actor": "demo/elsewhere/x", "key": key, "bytes": 24}]),
+        "{operations}"
+    );
 }
 
 #[test]

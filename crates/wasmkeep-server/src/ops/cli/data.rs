@@ -53,6 +53,39 @@ pub(super) async fn actor_sql(actor: &str, statement: &str, view: ViewArgs) -> a
 /// How often `actor sql --write` looks for its result.
 const RESULT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// How long a result no command read stays: its command died, or gave up
+/// waiting. The next operator's command removes it.
+const RESULT_UNREAD_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes results older than [`RESULT_UNREAD_MAX`] (one listing of
+/// `results/`; a failure only leaves them for the next command).
+async fn remove_stale_results(bucket: &dyn wasmkeep_bucket::Bucket, keys: &wasmkeep_types::Keys) {
+    remove_results_older(
+        bucket,
+        keys,
+        std::time::SystemTime::now(),
+        RESULT_UNREAD_MAX,
+    )
+    .await;
+}
+
+async fn remove_results_older(
+    bucket: &dyn wasmkeep_bucket::Bucket,
+    keys: &wasmkeep_types::Keys,
+    now: std::time::SystemTime,
+    age_max: std::time::Duration,
+) {
+    let Ok(listed) = bucket.list(&keys.results_prefix()).await else {
+        return;
+    };
+    for meta in listed {
+        let age = now.duration_since(meta.last_modified).unwrap_or_default();
+        if age > age_max {
+            let _ = bucket.delete(&meta.key).await;
+        }
+    }
+}
+
 /// A new operator request's id: 16 random hex digits.
 fn new_request() -> String {
     format!("{:016x}", rand::random::<u64>())
@@ -126,6 +159,7 @@ pub(super) async fn actor_sql_write(
         );
     }
     let (bucket, keys, _) = open_view(&view).await?;
+    remove_stale_results(&*bucket, &keys).await;
     let request = new_request();
     let result = ask(
         &*bucket,
@@ -244,6 +278,7 @@ pub(super) async fn actor_import(
         .unwrap_or(u64::MAX);
     wasmkeep_store::Image::from_file(&bytes, bytes_max, None)
         .map_err(|e| anyhow::anyhow!("{}: {e}; nothing was written", file.display()))?;
+    remove_stale_results(&*bucket, &keys).await;
     let request = new_request();
     let result = ask(
         &*bucket,
@@ -268,4 +303,33 @@ pub(super) async fn actor_import(
         bytes.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmkeep_bucket::{Bucket as _, MemoryBucket};
+    use wasmkeep_types::{AppName, Keys};
+
+    #[tokio::test]
+    async fn only_results_left_unread_too_long_are_removed() {
+        let bucket = MemoryBucket::new();
+        let keys = Keys::new(&AppName::default_app());
+        let actor = ActorId::parse("demo/counter/a").expect("valid");
+        let result = keys.import_result_key(&actor, "00aa").expect("valid");
+        let request = keys.import_key(&actor, "00bb").expect("valid");
+        for key in [&result, &request] {
+            bucket.put(key, bytes::Bytes::new()).await.expect("put");
+        }
+        let hour = std::time::Duration::from_secs(3600);
+        let now = std::time::SystemTime::now();
+        remove_results_older(&bucket, &keys, now, hour).await;
+        assert!(bucket.head(&result).await.is_ok(), "a fresh result stays");
+        remove_results_older(&bucket, &keys, now + 2 * hour, hour).await;
+        assert!(bucket.head(&result).await.is_err(), "an old result goes");
+        assert!(
+            bucket.head(&request).await.is_ok(),
+            "a request is not a result"
+        );
+    }
 }

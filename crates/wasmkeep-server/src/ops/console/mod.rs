@@ -415,7 +415,22 @@ async fn operations(node: &Node) -> Result<serde_json::Value> {
             deletes.push(serde_json::json!({ "actor": actor.to_string(), "key": meta.key }));
         }
     }
-    Ok(serde_json::json!({ "drains": drains, "moves": moves, "deletes": deletes }))
+    let mut imports = Vec::new();
+    for meta in bucket.list(&keys.imports_prefix()).await? {
+        if let Ok((actor, _)) = keys.parse_import_key(&meta.key) {
+            imports.push(serde_json::json!({
+                "actor": actor.to_string(),
+                "key": meta.key,
+                "bytes": meta.size,
+            }));
+        }
+    }
+    Ok(serde_json::json!({
+        "drains": drains,
+        "moves": moves,
+        "deletes": deletes,
+        "imports": imports,
+    }))
 }
 
 #[cfg(test)]

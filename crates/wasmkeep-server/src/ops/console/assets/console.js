@@ -189,7 +189,7 @@ async function actorPage(params) {
 }
 
 async function operationsPage() {
-  const { drains, moves, deletes } = await api("operations");
+  const { drains, moves, deletes, imports } = await api("operations");
   show(el("h2", {}, "Moves and drains in progress"),
     table("drains-table", "Drains", [
       { label: "Node", value: d => d.node },
@@ -208,6 +208,11 @@ async function operationsPage() {
       { label: "Actor", value: d => d.actor },
       { label: "Request", value: d => el("code", {}, d.key) },
     ], deletes),
+    table("imports-table", "Imports", [
+      { label: "Actor", value: i => actorLink(i.actor) },
+      { label: "Request", value: i => el("code", {}, i.key) },
+      { label: "Bytes", value: i => i.bytes, num: true },
+    ], imports),
     el("p", { class: "empty" }, "Refreshed every " + OPERATIONS_REFRESH_MS / 1000 + " s; last at " + new Date().toISOString()));
   refreshTimer = setTimeout(route, OPERATIONS_REFRESH_MS);
 }
