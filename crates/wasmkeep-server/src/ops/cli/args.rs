@@ -48,6 +48,28 @@ pub enum Command {
     /// Actors of an app, as the bucket says.
     #[command(subcommand)]
     Actor(ActorCommand),
+    /// Makes a new actor project (a counter) in Rust or TypeScript, with
+    /// its README and a test that runs it on a node (ADR 0070).
+    New {
+        /// The project's name, also its class name: lower-case letters,
+        /// digits and single hyphens.
+        name: String,
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: crate::ops::cli::new::Lang,
+        /// Where to write it (default: ./NAME); must not exist or be empty.
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        /// A wasmkeep source tree with the SDKs (default: $WASMKEEP_SOURCE,
+        /// the tree this binary was built from, or one above it).
+        #[arg(long)]
+        sdk: Option<std::path::PathBuf>,
+    },
+    /// Builds the actor project in DIR (a Cargo.toml or a package.json)
+    /// into DIR/NAME.wasm.
+    Build {
+        #[arg(default_value = ".")]
+        dir: std::path::PathBuf,
+    },
     /// The app's secrets (ADR 0016).
     #[command(subcommand)]
     Secret(crate::ops::admin::SecretCommand),

@@ -19,6 +19,7 @@ mod config;
 mod control;
 mod data;
 mod dev;
+pub(crate) mod new;
 mod views;
 
 pub use args::{
@@ -103,5 +104,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }) => actor_delete(&actor, wait, &timeout, view).await,
         Command::Secret(command) => crate::ops::admin::secret(command).await,
         Command::Tenant(command) => crate::ops::admin::tenant(command).await,
+        Command::New {
+            name,
+            lang,
+            dir,
+            sdk,
+        } => new::new_project(&name, lang, dir.as_deref(), sdk.as_deref()),
+        Command::Build { dir } => new::build_project(&dir).map(drop),
     }
 }

@@ -1,0 +1,147 @@
+//! `wasmkeep new` and `wasmkeep build` (issue 55, ADR 0070): a new project
+//! in either language passes its own test, which builds it with `wasmkeep
+//! build` and asks it over HTTP on a `wasmkeep dev` node; bad names, a
+//! folder in use and a folder that is no source tree are refused with
+//! nothing written.
+//!
+//! The Rust project builds for wasm32-wasip2 as the guests do (the
+//! suite's guests were built before it runs, so the toolchain is there).
+//! The TypeScript project needs npm and the SDK built (`scripts/build-guests
+//! --js`); without them its test is skipped, unless WASMKEEP_REQUIRE_JS=1
+//! (CI) makes that a failure.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn wasmkeep(args: &[&str], cwd: &Path) -> Output {
+    Command::new(common::BIN)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs the project's own test command with this build of wasmkeep.
+fn project_test(program: &str, args: &[&str], dir: &Path, target_dir: Option<&Path>) {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .current_dir(dir)
+        .env("WASMKEEP", common::BIN);
+    if let Some(target_dir) = target_dir {
+        command.env("CARGO_TARGET_DIR", target_dir);
+    }
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?} in {}:\n{}",
+        dir.display(),
+        text(&out)
+    );
+}
+
+#[test]
+fn bad_names_and_used_folders_are_refused_with_nothing_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let sdk = repo();
+    let sdk = sdk.to_str().unwrap();
+    for (args, says) in [
+        (vec!["new", "Bad"], "not a project name"),
+        (vec!["new", "a--b"], "not a project name"),
+        (vec!["new", "-x"], "unexpected argument"),
+        (
+            vec!["new", "ok", "--sdk", "/nonexistent"],
+            "not a wasmkeep source tree",
+        ),
+        (vec!["new", "ok", "--lang", "cobol"], "invalid value"),
+    ] {
+        let out = wasmkeep(&args, dir.path());
+        assert!(
+            !out.status.success() && text(&out).contains(says),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    std::fs::create_dir(dir.path().join("used")).unwrap();
+    std::fs::write(dir.path().join("used/keep.txt"), "mine").unwrap();
+    let out = wasmkeep(&["new", "used", "--sdk", sdk, "--lang", "ts"], dir.path());
+    assert!(
+        !out.status.success() && text(&out).contains("not empty"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("used")).unwrap().count(),
+        1
+    );
+
+    let out = wasmkeep(&["build", "used"], dir.path());
+    assert!(
+        !out.status.success() && text(&out).contains("not an actor project"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_new_rust_project_passes_its_own_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = wasmkeep(&["new", "hello-rs"], dir.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let project = dir.path().join("hello-rs");
+    let manifest = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("name = \"hello-rs\"") && manifest.contains("crates/wasmkeep-sdk"),
+        "{manifest}"
+    );
+    // The guests' target directory: the standard library built for
+    // wasm32-wasip2 with the same profile is already there.
+    let target = repo().join("examples/target");
+    project_test("cargo", &["test", "--quiet"], &project, Some(&target));
+    assert!(project.join("hello-rs.wasm").is_file());
+}
+
+#[test]
+fn a_new_typescript_project_passes_its_own_test() {
+    let sdk = repo().join("sdk/js");
+    let ready = sdk.join("dist").is_dir() && sdk.join("node_modules").is_dir();
+    if !ready {
+        assert!(
+            std::env::var("WASMKEEP_REQUIRE_JS").as_deref() != Ok("1"),
+            "{} is not built: run scripts/build-guests --js",
+            sdk.display()
+        );
+        eprintln!("SKIPPED: the TypeScript SDK is not built (scripts/build-guests --js)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = wasmkeep(&["new", "hello-ts", "--lang", "ts"], dir.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let project = dir.path().join("hello-ts");
+    project_test(
+        "npm",
+        &["install", "--no-audit", "--no-fund", "--offline"],
+        &project,
+        None,
+    );
+    project_test("npm", &["test"], &project, None);
+    assert!(project.join("hello-ts.wasm").is_file());
+}
