@@ -406,10 +406,12 @@ impl Signer {
         };
         let now = self.clock.wall_ms();
         let window = i64::try_from(SIGNATURE_WINDOW.as_millis()).unwrap_or(i64::MAX);
-        if (now - ts).abs() > window {
+        // Saturating: a timestamp near i64::MIN overflowed `now - ts`.
+        let skew_ms = ts.saturating_sub(now);
+        if skew_ms.unsigned_abs() > window.unsigned_abs() {
             return Verdict::Skewed {
                 from: from.to_owned(),
-                skew_ms: ts - now,
+                skew_ms,
             };
         }
         if nonce.len() < 16 {
