@@ -55,8 +55,11 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// Whether a header name is a marker (case-insensitive).
 pub fn is_marker(name: &str) -> bool {
-    name.len() >= MARKER_PREFIX.len()
-        && name[..MARKER_PREFIX.len()].eq_ignore_ascii_case(MARKER_PREFIX)
+    // Bytes, not a `str` slice: a name whose 11th byte is inside a
+    // character is no marker (and slicing it there panicked).
+    name.as_bytes()
+        .get(..MARKER_PREFIX.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(MARKER_PREFIX.as_bytes()))
 }
 
 /// The call to sign or verify. `markers` are the `x-wasmkeep-*` headers the
@@ -403,10 +406,12 @@ impl Signer {
         };
         let now = self.clock.wall_ms();
         let window = i64::try_from(SIGNATURE_WINDOW.as_millis()).unwrap_or(i64::MAX);
-        if (now - ts).abs() > window {
+        // Saturating: a timestamp near i64::MIN overflowed `now - ts`.
+        let skew_ms = ts.saturating_sub(now);
+        if skew_ms.unsigned_abs() > window.unsigned_abs() {
             return Verdict::Skewed {
                 from: from.to_owned(),
-                skew_ms: ts - now,
+                skew_ms,
             };
         }
         if nonce.len() < 16 {

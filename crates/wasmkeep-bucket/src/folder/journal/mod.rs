@@ -114,6 +114,66 @@ use format::{
 };
 use recovery::{Recovered, current_boot_id, recover, replay_young};
 
+/// For the property tests of the journal's bytes (`tests/journal.rs`), not
+/// an API: entries encoded as a process appends them, and a file's entries
+/// as recovery reads them back.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::fs::File;
+    use std::io;
+
+    use super::format::{self, Decoded, Entry, EntryKind};
+
+    /// Where the second region of a journal file starts.
+    pub const REGION_BYTES: u64 = format::REGION_BYTES;
+
+    /// One journal entry; `kind` is 1 (put), 2 (delete) or 3 (durable).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct JournalEntry {
+        pub generation: u64,
+        pub order: u64,
+        pub index: u32,
+        pub kind: u8,
+        pub key: String,
+        pub body: Vec<u8>,
+        pub young: bool,
+    }
+
+    /// Appends `entry` to `out` as a journal writes it.
+    pub fn encode(out: &mut Vec<u8>, entry: &JournalEntry) {
+        let kind = match entry.kind {
+            1 => EntryKind::Put,
+            2 => EntryKind::Delete,
+            3 => EntryKind::Durable,
+            other => panic!("no entry kind {other}"),
+        };
+        let written = Entry {
+            index: entry.index,
+            kind,
+            key: &entry.key,
+            body: &entry.body,
+            young: entry.young,
+        };
+        format::encode(out, entry.generation, entry.order, &written);
+    }
+
+    /// The entries of both regions of `journal`, as recovery reads them.
+    pub fn recover(journal: &File) -> io::Result<Vec<JournalEntry>> {
+        Ok(super::recovery::decoded_regions(journal)?
+            .into_iter()
+            .map(|decoded: Decoded| JournalEntry {
+                generation: decoded.generation,
+                order: decoded.order,
+                index: decoded.index,
+                kind: decoded.kind as u8,
+                key: decoded.key,
+                body: decoded.body,
+                young: decoded.young,
+            })
+            .collect())
+    }
+}
+
 /// `.wal/epoch`: the file keeps its name from before the counter was
 /// called a generation, so that existing folders open.
 const GENERATION_FILE: &str = "epoch";
