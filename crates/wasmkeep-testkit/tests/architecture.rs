@@ -6,7 +6,9 @@
 //!
 //! "Non-test source" is every `.rs` file under a crate's `src/` (and
 //! `sim/src/`), up to its first `#[cfg(test)]` line; `tests/`, `benches/`
-//! and `examples/` are test source.
+//! and `examples/` are test source. A `templates/` folder holds the source
+//! of other projects (what `wasmkeep new` writes, ADR 0070), built there
+//! and not here: no rule governs it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -265,7 +267,7 @@ fn every_rust_file(dir: &Path) -> Vec<PathBuf> {
         for entry in entries {
             let path = entry.expect("a readable directory entry").path();
             if path.is_dir() {
-                if !path.ends_with("target") {
+                if !path.ends_with("target") && !path.ends_with("templates") {
                     stack.push(path);
                 }
             } else if path.extension().is_some_and(|e| e == "rs") {
