@@ -60,4 +60,21 @@ for lang in rust ts; do
   fi
   t=$(now); "$BIN" build . 2>/dev/null >/dev/null; serve "$name" "$PWD"
   echo "$lang: change to answer $(since "$t") (build and a node started, compiling)"
+  # Under --watch: a saved change to its first answer.
+  p=$(port)
+  "$BIN" dev --listen "127.0.0.1:$p" --console off --heartbeat 1s --bucket "file://$PWD/.bench/watch" \
+    --data-dir "$PWD/.bench/scratch-watch" --watch "$PWD" >/dev/null 2>"$PWD/.bench.watch.log" &
+  NODE=$!
+  until curl -sf "http://127.0.0.1:$p/demo/$name/a/hello" >/dev/null; do
+    kill -0 "$NODE" 2>/dev/null || { cat "$PWD/.bench.watch.log" >&2; exit 1; }
+    sleep 0.05
+  done
+  if [ "$lang" = rust ]; then sed -i 's|"hello")|"hello again")|' src/lib.rs; else sed -i "s|'hello')|'hello again')|" src/actor.ts; fi
+  t=$(now)
+  until [ "$(curl -s "http://127.0.0.1:$p/demo/$name/a/hello")" = "hello again" ]; do
+    kill -0 "$NODE" 2>/dev/null || { cat "$PWD/.bench.watch.log" >&2; exit 1; }
+    sleep 0.05
+  done
+  echo "$lang: --watch, saved change to answer $(since "$t")"
+  kill "$NODE"; wait "$NODE" 2>/dev/null || true; NODE=
 done

@@ -44,10 +44,10 @@ mod s3;
 pub(crate) type KeyHasher = foldhash::fast::RandomState;
 
 pub use around::{Answer, Around, Request};
-pub use folder::{CHECKPOINT_INTERVAL, JOURNAL_BODY_MAX, JOURNAL_BYTES_MAX};
 /// For the journal's property tests only (`tests/journal.rs`).
 #[doc(hidden)]
 pub use folder::journal_fuzzing;
+pub use folder::{CHECKPOINT_INTERVAL, JOURNAL_BODY_MAX, JOURNAL_BYTES_MAX};
 pub use folder::{
     COMMIT_BATCH_WRITES_MAX, COMMIT_QUEUE_WRITES_MAX, FolderBucket, FolderOptions, LOCK_STRIPES,
     SyncMode, content_etag,

@@ -145,3 +145,105 @@ fn a_new_typescript_project_passes_its_own_test() {
     project_test("npm", &["test"], &project, None);
     assert!(project.join("hello-ts.wasm").is_file());
 }
+
+/// `wasmkeep dev --watch DIR` (ADR 0070): the project is built and served;
+/// a saved change is built and deployed, and the actor answers the new
+/// route; a change that does not build is shown, and the last version
+/// keeps serving.
+#[test]
+fn dev_watch_builds_and_deploys_each_change() {
+    use std::io::{BufRead as _, BufReader};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = wasmkeep(&["new", "watched"], dir.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let project = dir.path().join("watched");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut node = Command::new(common::BIN)
+        .args([
+            "dev",
+            "--listen",
+            &addr,
+            "--console",
+            "off",
+            "--heartbeat",
+            "200ms",
+        ])
+        .arg(format!(
+            "--bucket=file://{}",
+            dir.path().join("bucket").display()
+        ))
+        .arg(format!(
+            "--data-dir={}",
+            dir.path().join("scratch").display()
+        ))
+        .arg("--watch")
+        .arg(&project)
+        .env("CARGO_TARGET_DIR", repo().join("examples/target"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = mpsc::channel();
+    let stderr = node.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_line = |says: &str| {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) if line.contains(says) => return,
+                Ok(_) => {}
+                Err(_) => panic!("the node never said {says:?}"),
+            }
+        }
+    };
+    let ask = |method: &str, path: &str| {
+        let r = common::request(&addr, method, &format!("/demo/watched/w{path}"), &[], b"");
+        (r.status, r.text())
+    };
+    wait_line("wasmkeep: serving on");
+    assert_eq!(ask("POST", "/increment"), (200, "1".to_owned()));
+    assert_eq!(ask("GET", "/hello").0, 404);
+
+    // A saved change: built, deployed, served from the next heartbeat.
+    let source = project.join("src/lib.rs");
+    let original = std::fs::read_to_string(&source).unwrap();
+    let changed = original.replace(
+        ".get(\"/value\", Counter::value);",
+        ".get(\"/value\", Counter::value)\n            .get(\"/hello\", |_, _, _| \"hello\");",
+    );
+    assert_ne!(changed, original, "the template changed: update this test");
+    std::fs::write(&source, &changed).unwrap();
+    wait_line("wasmkeep dev: deployed watched");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ask("GET", "/hello") != (200, "hello".to_owned()) {
+        assert!(Instant::now() < deadline, "the new version never served");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        ask("GET", "/value"),
+        (200, "1".to_owned()),
+        "the data stayed"
+    );
+
+    // A change that does not build: shown, and the last version serves.
+    std::fs::write(&source, format!("{changed}\nthis is not Rust\n")).unwrap();
+    wait_line("the build of");
+    assert_eq!(ask("GET", "/hello"), (200, "hello".to_owned()));
+    assert_eq!(ask("POST", "/increment"), (200, "2".to_owned()));
+    let _ = node.kill();
+    let _ = node.wait();
+}

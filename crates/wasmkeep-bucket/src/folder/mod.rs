@@ -118,9 +118,9 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use committer::COMMIT_BATCH_WRITES_MAX;
-pub use journal::{CHECKPOINT_INTERVAL, JOURNAL_BODY_MAX, JOURNAL_BYTES_MAX};
 #[doc(hidden)]
 pub use journal::fuzzing as journal_fuzzing;
+pub use journal::{CHECKPOINT_INTERVAL, JOURNAL_BODY_MAX, JOURNAL_BYTES_MAX};
 pub use layout::content_etag;
 pub use locks::LOCK_STRIPES;
 pub use sync::SyncMode;

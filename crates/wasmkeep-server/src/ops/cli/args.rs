@@ -242,6 +242,12 @@ pub struct ViewArgs {
 pub struct DevArgs {
     /// Components to deploy, as CLASS=path.wasm.
     pub components: Vec<String>,
+    /// An actor project (`wasmkeep new`) to build, deploy as its class, and
+    /// build and deploy again on every change to its files; repeatable
+    /// (ADR 0070). A failed build is shown and the last version keeps
+    /// serving.
+    #[arg(long = "watch", value_name = "DIR")]
+    pub watch: Vec<PathBuf>,
     /// Where the bundled example components are (default: target/wasm next
     /// to this executable's directory).
     #[arg(long, env = "WASMKEEP_GUESTS_DIR")]

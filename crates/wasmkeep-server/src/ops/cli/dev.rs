@@ -107,7 +107,13 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
     )?;
     // The developer is the client: a trap's details go to the answer too.
     config.guest_error_detail = true;
-    let components = if args.components.is_empty() {
+    // Each watched project is built once before the node starts.
+    let mut watched = Vec::new();
+    for dir in &args.watch {
+        let (name, wasm) = super::new::build_named(dir)?;
+        watched.push((name, dir.clone(), wasm));
+    }
+    let components = if args.components.is_empty() && watched.is_empty() {
         bundled_components(args.guests_dir.as_deref())?
     } else {
         args.components
@@ -119,6 +125,13 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
                 Ok((class.to_owned(), PathBuf::from(path)))
             })
             .collect::<anyhow::Result<Vec<_>>>()?
+            .into_iter()
+            .chain(
+                watched
+                    .iter()
+                    .map(|(name, _, wasm)| (name.clone(), wasm.clone())),
+            )
+            .collect()
     };
     let (bucket, runtime) = open_bucket_and_runtime(&bucket_url, &config).await?;
     let keys = Keys::new(&config.app);
@@ -137,6 +150,18 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
             .with_context(|| format!("deploying {}", path.display()))?;
         tracing::info!(%class, %digest, path = %path.display(), "deployed");
         classes_deployed.push(class);
+    }
+    if !watched.is_empty() {
+        let projects = watched
+            .into_iter()
+            .map(|(name, dir, _)| Ok((ClassName::new(name)?, dir)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        tokio::spawn(super::new::watch(
+            projects,
+            Arc::clone(&bucket),
+            keys.clone(),
+            runtime.clone(),
+        ));
     }
     let listen = config.listen;
     let console = config.console.clone();

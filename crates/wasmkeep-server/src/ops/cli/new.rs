@@ -207,6 +207,119 @@ pub fn build_project(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(out)
 }
 
+/// [`build_project`], with the project's name (its class).
+pub fn build_named(dir: &Path) -> anyhow::Result<(String, PathBuf)> {
+    let wasm = build_project(dir)?;
+    let name = wasm
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .context("the component's name")?
+        .to_owned();
+    Ok((name, wasm))
+}
+
+/// How often `dev --watch` looks at the projects' files.
+const WATCH_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Folders of a project that a build writes, never read for a change.
+const WATCH_SKIPPED: [&str; 5] = ["target", "node_modules", ".wasmkeep", "dist", ".git"];
+
+/// The newest modification time of the project's source files, and how
+/// many there are (a removed file changes the count): what `dev --watch`
+/// compares between two looks.
+fn source_state(dir: &Path) -> (Option<std::time::SystemTime>, usize) {
+    let mut newest = None;
+    let mut count = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                if !WATCH_SKIPPED.iter().any(|s| name == *s) {
+                    stack.push(path);
+                }
+            } else if path.extension().is_none_or(|e| e != "wasm") {
+                count += 1;
+                newest = newest.max(meta.modified().ok());
+            }
+        }
+    }
+    (newest, count)
+}
+
+/// `dev --watch`: builds a project again when its files change (looked at
+/// every [`WATCH_POLL`]) and deploys the component as its class, keeping
+/// the class's limits. Requests in flight finish on the version they
+/// started on; an actor switches at its next event. A build that fails is
+/// shown and the last version keeps serving. A change saved while a build
+/// runs is taken by that build or missed (save again). Runs until the
+/// process ends.
+pub async fn watch(
+    projects: Vec<(wasmkeep_types::ClassName, PathBuf)>,
+    bucket: std::sync::Arc<dyn wasmkeep_bucket::Bucket>,
+    keys: wasmkeep_types::Keys,
+    runtime: wasmkeep_runtime::Runtime,
+) {
+    use crate::actor::classes;
+    let mut seen: Vec<_> = projects.iter().map(|(_, dir)| source_state(dir)).collect();
+    let mut ticker = tokio::time::interval(WATCH_POLL);
+    loop {
+        ticker.tick().await;
+        for ((class, dir), seen) in projects.iter().zip(seen.iter_mut()) {
+            let now = source_state(dir);
+            if now == *seen {
+                continue;
+            }
+            *seen = now;
+            eprintln!("wasmkeep dev: {} changed; building", dir.display());
+            let built = {
+                let dir = dir.clone();
+                tokio::task::spawn_blocking(move || build_project(&dir)).await
+            };
+            // What the build itself wrote is not a change.
+            *seen = source_state(dir);
+            let wasm = match built {
+                Ok(Ok(wasm)) => wasm,
+                Ok(Err(e)) => {
+                    eprintln!(
+                        "wasmkeep dev: the build of {} failed; the last version keeps serving: {e:#}",
+                        dir.display()
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("wasmkeep dev: the build of {} stopped: {e}", dir.display());
+                    continue;
+                }
+            };
+            let deployed = async {
+                let bytes = std::fs::read(&wasm)?;
+                let limits = classes::current(&*bucket, &keys, class)
+                    .await?
+                    .map(|current| current.limits)
+                    .unwrap_or_default();
+                anyhow::Ok(classes::deploy(&*bucket, &keys, class, bytes, limits, &runtime).await?)
+            };
+            match deployed.await {
+                Ok(digest) => eprintln!(
+                    "wasmkeep dev: deployed {class} {} (served from the next heartbeat)",
+                    &digest[..12.min(digest.len())]
+                ),
+                Err(e) => eprintln!(
+                    "wasmkeep dev: deploying {class} failed; the last version keeps serving: {e:#}"
+                ),
+            }
+        }
+    }
+}
+
 /// Runs `command` in `dir`; an error says which command failed.
 fn run(command: &mut Command, dir: &Path) -> anyhow::Result<()> {
     let status = command
