@@ -1750,6 +1750,22 @@ fn a_write_past_the_nodes_database_memory_is_refused_clearly() {
     assert!(server.metric("wasmkeep_database_bytes") < 4_194_304.0);
 }
 
+/// `wasmkeep actor ARGS --bucket BUCKET`: whether it succeeded, its stdout
+/// and its stderr.
+fn actor_cli(bucket: &str, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(common::BIN)
+        .args(["actor"])
+        .args(args)
+        .args(["--bucket", bucket])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `wasmkeep actor sql` and `actor export` read an actor's data from the
 /// bucket while its node serves it (ADR 0065): the rows as a table or
 /// JSON, a file SQLite opens; a statement that writes, bad SQL, an actor
@@ -1764,19 +1780,7 @@ fn actor_sql_and_export_read_an_actors_data_from_the_bucket() {
         assert_eq!(r.text(), expected.to_string());
     }
     let bucket = folder_bucket(dir.path());
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(common::BIN)
-            .args(["actor"])
-            .args(args)
-            .args(["--bucket", &bucket])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let cli = |args: &[&str]| actor_cli(&bucket, args);
     let (ok, table, err) = cli(&[
         "sql",
         "demo/counter/seen",
@@ -1945,19 +1949,7 @@ fn actor_import_puts_an_exported_database_in_place() {
     assert_eq!(alarm.status, 200, "{}", alarm.text());
     let alarm_ms: i64 = alarm.text().trim().parse().unwrap();
     let bucket = folder_bucket(dir.path());
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(common::BIN)
-            .args(["actor"])
-            .args(args)
-            .args(["--bucket", &bucket])
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let cli = |args: &[&str]| actor_cli(&bucket, args);
     let file = dir.path().join("source.sqlite");
     let path = file.to_str().unwrap();
     let (ok, _, err) = cli(&["export", "demo/counter/source", path]);

@@ -28,6 +28,7 @@ use wasmkeep_types::ActorId;
 use crate::actor::erase::replace_data;
 use crate::actor::orders::ReplaceOrder;
 use crate::node::Node;
+use crate::peering::control::spawn_once;
 use crate::peering::deletes::{replace_unheld, requested, send_or_keep};
 use crate::{Error, Result};
 
@@ -75,20 +76,14 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
             }
         };
         // A node that does not serve the class leaves it to one that does.
-        if !node.classes.serves(&actor.class)
-            || !node
-                .peering
-                .operator_running
-                .lock()
-                .insert(item.key.clone())
-        {
+        if !node.classes.serves(&actor.class) {
             continue;
         }
-        let node = Arc::clone(node);
-        tokio::spawn(async move {
+        let key = item.key.clone();
+        spawn_once(node, item.key, |node| async move {
             let order = ImportKey {
                 node: Arc::downgrade(&node),
-                key: item.key.clone(),
+                key,
                 request,
             };
             if let Some(order) = send_or_keep(&node, &actor, order).await
@@ -96,7 +91,6 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
             {
                 tracing::warn!(%actor, error = %e, "an import was not carried out; the next pass tries again");
             }
-            node.peering.operator_running.lock().remove(&item.key);
         });
     }
 }

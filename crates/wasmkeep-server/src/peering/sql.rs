@@ -50,20 +50,11 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
         {
             continue;
         }
-        if !node
-            .peering
-            .operator_running
-            .lock()
-            .insert(item.key.clone())
-        {
-            continue;
-        }
-        let node = Arc::clone(node);
-        tokio::spawn(async move {
-            if let Err(e) = carry_out(&node, &actor, &request, &item.key).await {
+        let key = item.key.clone();
+        crate::peering::control::spawn_once(node, item.key, |node| async move {
+            if let Err(e) = carry_out(&node, &actor, &request, &key).await {
                 tracing::warn!(%actor, %request, error = %e, "an operator's statement was not carried out; the next pass tries again");
             }
-            node.peering.operator_running.lock().remove(&item.key);
         });
     }
 }

@@ -426,6 +426,12 @@ pub struct DeployArgs {
     pub allow_outbound: Vec<String>,
 }
 
+/// An actor id given on the command line, with an error that says the form.
+pub fn parse_actor(text: &str) -> anyhow::Result<wasmkeep_types::ActorId> {
+    wasmkeep_types::ActorId::parse(text)
+        .with_context(|| format!("{text:?} is not an actor id (TENANT/CLASS/NAME)"))
+}
+
 /// Parses `250ms`, `3s`, `2m`, `1h`; a bare number is seconds.
 pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let text = text.trim();

@@ -14,7 +14,7 @@ use wasmkeep_bucket::Bucket;
 use wasmkeep_types::heartbeat::CAPABILITY_TAKE;
 use wasmkeep_types::{Keys, NodeId};
 
-use super::args::{ViewArgs, parse_duration};
+use super::args::{ViewArgs, parse_actor, parse_duration};
 use super::views::open_view;
 use crate::ops::survey::{self, is_erased};
 
@@ -130,8 +130,7 @@ async fn existing_actor(
     view: &ViewArgs,
     what: &str,
 ) -> anyhow::Result<(wasmkeep_types::ActorId, Arc<dyn Bucket>, Keys, Duration)> {
-    let actor = wasmkeep_types::ActorId::parse(actor)
-        .with_context(|| format!("{actor:?} is not an actor id TENANT/CLASS/NAME"))?;
+    let actor = parse_actor(actor)?;
     let (bucket, keys, lease_ttl) = open_view(view).await?;
     let row = wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor).await?;
     let exists = match &row {

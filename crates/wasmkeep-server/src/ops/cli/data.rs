@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use wasmkeep_store::ActorStore;
 use wasmkeep_types::ActorId;
 
-use super::args::{ViewArgs, parse_duration};
+use super::args::{ViewArgs, parse_actor, parse_duration};
 use super::dev::write_stdout;
 use super::views::{json_text, open_view, table};
 use crate::ops::survey;
@@ -20,8 +20,7 @@ use crate::ops::survey;
 /// Opens the actor's state for reading; an actor with nothing in the
 /// bucket is an error.
 async fn restore(actor: &str, view: &ViewArgs) -> anyhow::Result<(ActorId, ActorStore)> {
-    let actor = ActorId::parse(actor)
-        .with_context(|| format!("{actor:?} is not an actor id (TENANT/CLASS/NAME)"))?;
+    let actor = parse_actor(actor)?;
     let (bucket, keys, _) = open_view(view).await?;
     let store = survey::open_reader(bucket, keys, &actor)
         .await
@@ -91,19 +90,33 @@ fn new_request() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-/// Writes an operator's request (`body` at `key`, If-None-Match), waits for
-/// the node that carries it out to write its result at `result_key`, and
-/// removes the result. On a timeout the request is withdrawn if no node
-/// took it yet; one that did may still carry it out, once. A result with
-/// an `error` is an error: the node wrote nothing.
+/// The key of an operator's request of one kind, or of its result, from
+/// the actor and the request id ([`Keys::sql_key`], [`Keys::import_key`],
+/// and their results').
+///
+/// [`Keys::sql_key`]: wasmkeep_types::Keys::sql_key
+/// [`Keys::import_key`]: wasmkeep_types::Keys::import_key
+type RequestKey =
+    fn(&wasmkeep_types::Keys, &ActorId, &str) -> Result<String, wasmkeep_types::Error>;
+
+/// Writes an operator's request under a new request id (`body` at
+/// `request_key`, If-None-Match), waits for the node that carries it out
+/// to write its result at `result_key`, and removes the result. Results
+/// other commands left unread are swept first. On a timeout the request is
+/// withdrawn if no node took it yet; one that did may still carry it out,
+/// once. A result with an `error` is an error: the node wrote nothing.
 async fn ask(
     bucket: &dyn wasmkeep_bucket::Bucket,
+    keys: &wasmkeep_types::Keys,
     actor: &ActorId,
-    key: &str,
-    result_key: &str,
+    (request_key, result_key): (RequestKey, RequestKey),
     body: bytes::Bytes,
     timeout: std::time::Duration,
 ) -> anyhow::Result<serde_json::Value> {
+    remove_stale_results(bucket, keys).await;
+    let request = new_request();
+    let key = &request_key(keys, actor, &request)?;
+    let result_key = &result_key(keys, actor, &request)?;
     bucket
         .put_if_absent(key, body)
         .await
@@ -150,8 +163,7 @@ pub(super) async fn actor_sql_write(
     view: ViewArgs,
 ) -> anyhow::Result<()> {
     let timeout = parse_duration(timeout).context("--timeout")?;
-    let actor = ActorId::parse(actor)
-        .with_context(|| format!("{actor:?} is not an actor id (TENANT/CLASS/NAME)"))?;
+    let actor = parse_actor(actor)?;
     if statement.trim().is_empty() || statement.len() > crate::peering::sql::STATEMENT_BYTES_MAX {
         bail!(
             "the statement is empty or longer than {} bytes",
@@ -159,13 +171,14 @@ pub(super) async fn actor_sql_write(
         );
     }
     let (bucket, keys, _) = open_view(&view).await?;
-    remove_stale_results(&*bucket, &keys).await;
-    let request = new_request();
     let result = ask(
         &*bucket,
+        &keys,
         &actor,
-        &keys.sql_key(&actor, &request)?,
-        &keys.sql_result_key(&actor, &request)?,
+        (
+            wasmkeep_types::Keys::sql_key,
+            wasmkeep_types::Keys::sql_result_key,
+        ),
         bytes::Bytes::from(statement.to_owned()),
         timeout,
     )
@@ -255,8 +268,7 @@ pub(super) async fn actor_import(
     view: ViewArgs,
 ) -> anyhow::Result<()> {
     let timeout = parse_duration(timeout).context("--timeout")?;
-    let actor = ActorId::parse(actor)
-        .with_context(|| format!("{actor:?} is not an actor id (TENANT/CLASS/NAME)"))?;
+    let actor = parse_actor(actor)?;
     let mut wal = file.as_os_str().to_owned();
     wal.push("-wal");
     if Path::new(&wal).exists() {
@@ -270,21 +282,21 @@ pub(super) async fn actor_import(
     }
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let (bucket, keys, _) = open_view(&view).await?;
-    let bytes_max = survey::class_rows(&*bucket, &keys)
+    // The node checks against its class's maximum again; a class not
+    // deployed yet has none here.
+    let bytes_max = crate::actor::classes::current(&*bucket, &keys, &actor.class)
         .await?
-        .into_iter()
-        .find(|row| row.class == actor.class.as_str())
-        .and_then(|row| row.database_bytes_max)
-        .unwrap_or(u64::MAX);
+        .map_or(u64::MAX, |current| current.limits.database_bytes_max);
     wasmkeep_store::Image::from_file(&bytes, bytes_max, None)
         .map_err(|e| anyhow::anyhow!("{}: {e}; nothing was written", file.display()))?;
-    remove_stale_results(&*bucket, &keys).await;
-    let request = new_request();
     let result = ask(
         &*bucket,
+        &keys,
         &actor,
-        &keys.import_key(&actor, &request)?,
-        &keys.import_result_key(&actor, &request)?,
+        (
+            wasmkeep_types::Keys::import_key,
+            wasmkeep_types::Keys::import_result_key,
+        ),
         crate::peering::imports::request_body(replace, &bytes),
         timeout,
     )

@@ -110,7 +110,7 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
     // Each watched project is built once before the node starts.
     let mut watched = Vec::new();
     for dir in &args.watch {
-        let (name, wasm) = super::new::build_named(dir)?;
+        let (name, wasm) = super::new::build_project(dir)?;
         watched.push((name, dir.clone(), wasm));
     }
     let components = if args.components.is_empty() && watched.is_empty() {

@@ -172,12 +172,12 @@ pub fn new_project(
 }
 
 /// `wasmkeep build [DIR]`: builds the project in `dir` into
-/// `DIR/<name>.wasm` and returns that path. A `package.json` makes it a
+/// `DIR/<name>.wasm` and returns the name (its class) and that path. A `package.json` makes it a
 /// TypeScript project (`npm run build`, after `npm install` if its
 /// `node_modules` is missing); a `Cargo.toml` a Rust one (cargo for
 /// wasm32-wasip2: rustup's target when installed, else Debian's rustc-web
 /// with `-Zbuild-std`).
-pub fn build_project(dir: &Path) -> anyhow::Result<PathBuf> {
+pub fn build_project(dir: &Path) -> anyhow::Result<(String, PathBuf)> {
     let dir = std::fs::canonicalize(dir).with_context(|| format!("reading {}", dir.display()))?;
     let (name, run) = if dir.join("package.json").is_file() {
         (package_name(&dir)?, build_ts(&dir)?)
@@ -204,18 +204,7 @@ pub fn build_project(dir: &Path) -> anyhow::Result<PathBuf> {
         out.display(),
         std::fs::metadata(&out)?.len()
     );
-    Ok(out)
-}
-
-/// [`build_project`], with the project's name (its class).
-pub fn build_named(dir: &Path) -> anyhow::Result<(String, PathBuf)> {
-    let wasm = build_project(dir)?;
-    let name = wasm
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .context("the component's name")?
-        .to_owned();
-    Ok((name, wasm))
+    Ok((name, out))
 }
 
 /// How often `dev --watch` looks at the projects' files.
@@ -286,7 +275,7 @@ pub async fn watch(
             // What the build itself wrote is not a change.
             *seen = source_state(dir);
             let wasm = match built {
-                Ok(Ok(wasm)) => wasm,
+                Ok(Ok((_, wasm))) => wasm,
                 Ok(Err(e)) => {
                     eprintln!(
                         "wasmkeep dev: the build of {} failed; the last version keeps serving: {e:#}",

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use wasmkeep_bucket::Bucket;
 use wasmkeep_types::{AppName, Keys};
 
-use super::args::{ViewArgs, parse_duration};
+use super::args::{ViewArgs, parse_actor, parse_duration};
 use super::dev::write_stdout;
 use crate::ops::survey;
 
@@ -177,8 +177,7 @@ pub(super) async fn actor_list(prefix: Option<&str>, view: ViewArgs) -> anyhow::
 }
 
 pub(super) async fn actor_inspect(actor: &str, view: ViewArgs) -> anyhow::Result<()> {
-    let actor = wasmkeep_types::ActorId::parse(actor)
-        .with_context(|| format!("{actor:?} is not an actor id (TENANT/CLASS/NAME)"))?;
+    let actor = parse_actor(actor)?;
     let (bucket, keys, lease_ttl) = open_view(&view).await?;
     let Some(row) =
         wasmkeep_cluster::inspect::inspect_actor(&*bucket, &keys, lease_ttl, &actor).await?
