@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use tracing::Instrument as _;
 use wasmkeep_cluster::placement::{self, Placement};
 use wasmkeep_runtime::{Request, Response};
 use wasmkeep_types::heartbeat::DrainState;
@@ -230,6 +231,7 @@ impl Node {
             chain,
             reply: None,
             started: Instant::now(),
+            span: crate::ops::telemetry::current(),
         });
         let (reply_tx, reply_rx) = oneshot::channel();
         if let Job::Request { reply, .. } = &mut *job {
@@ -254,6 +256,7 @@ impl Node {
                         chain,
                         reply,
                         started,
+                        span,
                     } = *job
                     else {
                         return Err(Error::Runtime("a request job is a request".into()));
@@ -301,6 +304,7 @@ impl Node {
                                 chain,
                                 reply,
                                 started,
+                                span,
                             });
                             continue;
                         }
@@ -370,7 +374,12 @@ impl Node {
                 "call cycle: {target} is already waiting on {caller}"
             )))
         } else {
-            self.request(target, request, chain).await
+            let span = if crate::ops::telemetry::on() {
+                tracing::info_span!(target: "wasmkeep::trace", "call", otel.kind = "client", wasmkeep.target = %target)
+            } else {
+                tracing::Span::none()
+            };
+            self.request(target, request, chain).instrument(span).await
         };
         if let Some(stub) = &caller_stub {
             *stub.waiting_on.lock() = None;

@@ -28,6 +28,9 @@ pub(crate) struct Delivery {
     pub(crate) reply: Option<(Reply, Response)>,
     pub(crate) sends: Vec<(u64, Outgoing)>,
     pub(crate) started: Instant,
+    /// The commit's span (traces on): it ends when the gate opens and the
+    /// answer goes out.
+    pub(crate) span: tracing::Span,
 }
 
 /// Releases responses and socket writes in event order, each once its
@@ -118,4 +121,6 @@ pub(crate) fn deliver(
     node.metrics
         .event_latency
         .observe(delivery.started.elapsed());
+    // The commit's span ends with its answer out.
+    drop(delivery.span);
 }

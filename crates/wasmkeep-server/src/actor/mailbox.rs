@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tracing::Instrument as _;
 use wasmkeep_bucket::Etag;
 use wasmkeep_cluster::{AcquireOutcome, LeaseReturn, planted};
 use wasmkeep_runtime::{EventError, Response};
@@ -298,15 +299,25 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
         _ => vec![stub.id.clone()],
     };
     // Each arm: the guest's outcome; `Ok(reply)` commits, `Err` rolls back.
+    // A request's event has a span (traces on), a child of its request's
+    // or call's; its commit's span is a child of it.
+    let mut event_span = tracing::Span::none();
     let (outcome, reply, started): (Result<Option<Response>, Error>, Option<Reply>, Instant) =
         match job {
             Job::Request {
                 request,
                 reply,
                 started,
+                span,
                 ..
             } => {
-                let result = instance.handle(request).await;
+                if !span.is_none() {
+                    event_span = tracing::info_span!(target: "wasmkeep::trace", parent: &span, "event", wasmkeep.actor = %stub.id);
+                }
+                let result = instance
+                    .handle(request)
+                    .instrument(event_span.clone())
+                    .await;
                 let outcome = match result {
                     // Checked before the commit: an answer that cannot be
                     // sent fails the event whole, its writes with it.
@@ -370,6 +381,11 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
         };
     match outcome {
         Ok(response) => {
+            let span = if event_span.is_none() {
+                event_span
+            } else {
+                tracing::info_span!(target: "wasmkeep::trace", parent: &event_span, "commit")
+            };
             commit(
                 node,
                 stub,
@@ -377,6 +393,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 alarm_before,
                 response.zip(reply).map(|(r, tx)| (tx, r)),
                 started,
+                span,
             )
             .await
         }
@@ -412,6 +429,7 @@ async fn commit(
     alarm_before: Option<i64>,
     reply: Option<(Reply, Response)>,
     started: Instant,
+    span: tracing::Span,
 ) {
     let h = host(&mut active.instance);
     let sends = std::mem::take(&mut h.outbox);
@@ -442,6 +460,7 @@ async fn commit(
                 reply,
                 sends,
                 started,
+                span,
             };
             // An event that wrote nothing and saw only durable data, with
             // no earlier event's output still held back: out at once,
@@ -538,7 +557,16 @@ async fn run_alarm(
             // The firing alarm was cleared before the handler ran: what the
             // handler set (or nothing) commits. "Before" is None: the fired
             // entry left the timer; follow any new alarm.
-            commit(node, stub, active, None, None, started).await;
+            commit(
+                node,
+                stub,
+                active,
+                None,
+                None,
+                started,
+                tracing::Span::none(),
+            )
+            .await;
         }
         Err(message) => {
             let h = host(instance);
@@ -573,6 +601,7 @@ async fn run_alarm(
                             Some(fire.scheduled_ms),
                             None,
                             Instant::now(),
+                            tracing::Span::none(),
                         )
                         .await
                     }

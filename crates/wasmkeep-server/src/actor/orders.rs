@@ -27,6 +27,9 @@ pub(crate) enum Job {
         chain: Vec<ActorId>,
         reply: Option<Reply>,
         started: Instant,
+        /// The span it was sent in (the request's, or an actor call's):
+        /// its event's span is a child of it. `Span::none()` with traces off.
+        span: tracing::Span,
     },
     Alarm(Fire),
     SocketMessage {

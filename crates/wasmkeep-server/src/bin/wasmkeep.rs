@@ -32,7 +32,14 @@ fn main() -> std::process::ExitCode {
     // While the process has one thread (docs: the module).
     let descriptors = wasmkeep_server::ops::descriptors::prepare();
     let cli = wasmkeep_server::ops::cli::Cli::parse();
-    wasmkeep_server::ops::cli::init_logging(cli.log_format);
+    let traces = matches!(
+        cli.command,
+        wasmkeep_server::ops::cli::Command::Serve(_) | wasmkeep_server::ops::cli::Command::Dev(_)
+    );
+    if let Err(e) = wasmkeep_server::ops::cli::init_logging(cli.log_format, traces) {
+        eprintln!("wasmkeep: error: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     wasmkeep_server::ops::cli::warn_misspelt_env();
     tracing::debug!(
         limit_before = descriptors.limit_before,
@@ -50,7 +57,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(wasmkeep_server::ops::cli::run(cli)) {
+    let result = runtime.block_on(wasmkeep_server::ops::cli::run(cli));
+    // The spans still queued go out before the process ends.
+    wasmkeep_server::ops::telemetry::stop();
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wasmkeep: error: {e:#}");

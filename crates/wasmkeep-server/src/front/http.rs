@@ -19,6 +19,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 use wasmkeep_runtime::{Request, Response};
 use wasmkeep_types::ActorId;
 
@@ -26,6 +27,7 @@ use crate::actor::host::{check_response, strip_markers};
 use crate::front::conn::{ClientStream, Slots};
 use crate::front::route::{Route, route};
 use crate::node::Node;
+use crate::ops::telemetry;
 use crate::peering::forward::{self, HEADER_NODE, Markers, NodeAnswer};
 use crate::peering::moves;
 use crate::{Error, Result, front::sockets};
@@ -290,7 +292,6 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
     };
     let method = req.method().as_str().to_owned();
     let raw_path = req.uri().path().to_owned();
-    let raw_query = req.uri().query().unwrap_or("").to_owned();
     let mut headers = Vec::with_capacity(req.headers().len());
     for (name, value) in req.headers() {
         let value = value
@@ -298,6 +299,33 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
             .map_err(|_| Error::BadRequest(format!("header {name} is not visible ASCII")))?;
         headers.push((name.as_str().to_owned(), value.to_owned()));
     }
+    // The request's span (traces on): everything below runs in it.
+    let span = telemetry::request_span(node.node_id.as_str(), &method, &raw_path, &actor, &headers);
+    let result = actor_request(node, req, actor, path, method, raw_path, headers)
+        .instrument(span.clone())
+        .await;
+    telemetry::record_status(
+        &span,
+        match &result {
+            Ok(response) => response.status().as_u16(),
+            Err(e) => e.status(),
+        },
+    );
+    result
+}
+
+/// An actor's request, its headers read: tenant token, body, then
+/// [`dispatch_actor`] (or a WebSocket upgrade).
+async fn actor_request(
+    node: &Arc<Node>,
+    req: hyper::Request<Incoming>,
+    actor: ActorId,
+    path: String,
+    method: String,
+    raw_path: String,
+    headers: Vec<(String, String)>,
+) -> Result<HttpResponse> {
+    let raw_query = req.uri().query().unwrap_or("").to_owned();
     // A request without a signature is a client's: its tenant token is
     // checked before anything else (even whether the class exists). A
     // signed one is judged once its body is read; if its signature is

@@ -11,3 +11,4 @@ pub mod descriptors;
 pub mod heap;
 pub mod metrics;
 pub mod survey;
+pub mod telemetry;

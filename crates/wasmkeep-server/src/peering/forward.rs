@@ -10,6 +10,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use tokio::time::Instant;
+use tracing::Instrument as _;
 use wasmkeep_cluster::signing::Verdict;
 use wasmkeep_runtime::{Request, Response};
 use wasmkeep_transport::PeerCall;
@@ -364,7 +365,14 @@ pub async fn forward_request(
     };
     let started = Instant::now();
     let limit = node.config.limits.forward_response_bytes_max;
-    let reply = match client.send(url, call, limit).await {
+    // The peer's request span is a child of this one (the transport sends
+    // the current span as `traceparent`).
+    let span = if crate::ops::telemetry::on() {
+        tracing::info_span!(target: "wasmkeep::trace", "forward", otel.kind = "client", wasmkeep.peer = %peer)
+    } else {
+        tracing::Span::none()
+    };
+    let reply = match client.send(url, call, limit).instrument(span).await {
         Ok(reply) => reply,
         Err(e) => {
             let failed = peer_failed(node, actor, peer, &e.reason);

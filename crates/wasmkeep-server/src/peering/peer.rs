@@ -97,9 +97,11 @@ impl PeerTransport for HttpTransport {
     async fn send(
         &self,
         url: &str,
-        call: PeerCall,
+        mut call: PeerCall,
         body_bytes_max: usize,
     ) -> std::result::Result<PeerReply, CallFailed> {
+        // Every node call carries the span it is made in (traces on).
+        crate::ops::telemetry::inject_current(&mut call.headers);
         let response = self.client.send(url, call).await.map_err(|e| CallFailed {
             reason: e.to_string(),
             may_have_arrived: e.may_have_arrived(),

@@ -21,6 +21,7 @@ mod node_list;
 mod outbound;
 mod requests;
 mod signing;
+mod traces;
 #[path = "../common/upstream.rs"]
 mod upstream;
 
@@ -89,6 +90,10 @@ plain_and_tls!(
 plain_and_tls!(
     actor_calls_across_nodes => crate::calls::actor_calls_across_nodes,
     crate::BucketKind::SeaweedFs
+);
+plain_and_tls!(
+    one_trace_covers_a_forwarded_request_and_a_call => crate::traces::one_trace_covers_a_forwarded_request_and_a_call,
+    crate::BucketKind::Folder
 );
 plain_and_tls!(
     forged_and_replayed_signed_calls_are_refused => crate::signing::forged_and_replayed_signed_calls_are_refused,

@@ -69,6 +69,8 @@ pub struct ClusterOptions {
     /// The nodes reach the S3 server through a [`FaultProxy`] the test can
     /// tell to refuse some requests (SeaweedFS buckets only).
     pub bucket_proxy: bool,
+    /// More environment variables for every node.
+    pub env: Vec<(String, String)>,
 }
 
 impl ClusterOptions {
@@ -85,6 +87,7 @@ impl ClusterOptions {
             extra_args: Vec::new(),
             without_cluster_key: Vec::new(),
             bucket_proxy: false,
+            env: Vec::new(),
         }
     }
 
@@ -358,6 +361,12 @@ impl Cluster {
         };
         command
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(
+                self.options
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
             .env(
                 "RUST_LOG",
                 std::env::var("WASMKEEP_TEST_NODE_LOG").unwrap_or_else(|_| "info".into()),

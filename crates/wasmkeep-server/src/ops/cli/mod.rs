@@ -32,19 +32,45 @@ use data::{actor_export, actor_import, actor_sql, actor_sql_write};
 use dev::{deploy, dev, serve};
 use views::{actor_inspect, actor_list, class_list, node_list};
 
-pub fn init_logging(format: Option<LogFormat>) {
+/// Logs to stderr (text or JSON lines, filtered by `RUST_LOG`) and, when
+/// `traces` (a node's commands) and an `OTEL_*` endpoint is set, exports
+/// the node's spans (`ops::telemetry`). A bad `OTEL_*` value is an error.
+pub fn init_logging(format: Option<LogFormat>, traces: bool) -> crate::Result<()> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("info,wasmtime=warn,cranelift=warn")
     });
     use std::io::IsTerminal as _;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match format.unwrap_or(LogFormat::Text) {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let fmt = match format.unwrap_or(LogFormat::Text) {
+        LogFormat::Text => fmt.with_filter(filter).boxed(),
+        LogFormat::Json => fmt.json().with_filter(filter).boxed(),
+    };
+    let settings = if traces {
+        crate::ops::telemetry::settings(|name| std::env::var(name).ok())?
+    } else {
+        None
+    };
+    // Only the node's own spans are exported (log events are not).
+    let otel = match settings {
+        Some(settings) => {
+            let tracer = crate::ops::telemetry::start(&settings)?;
+            Some(
+                tracing_opentelemetry::layer()
+                    .with_tracer(tracer)
+                    .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                        meta.is_span() && meta.target() == "wasmkeep::trace"
+                    })),
+            )
+        }
+        None => None,
+    };
+    tracing_subscriber::registry().with(fmt).with(otel).init();
+    Ok(())
 }
 
 /// Runs the parsed command line; returns the process exit code.
