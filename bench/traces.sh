@@ -5,18 +5,21 @@
 # (parentbased_traceidratio 0.01), and on at 100 %. The spans go to an
 # OTLP/HTTP sink in this script (Python, answering 200 to every export).
 #
-# The figure to read is the node's CPU time per request (user + system
-# from /proc, over the measured window): it does not depend on the speed
-# of the client, which shares the 2 cores. Requests per second are
-# printed too. The client is CONNS Python processes on keep-alive
-# connections, each sending REQUESTS / CONNS requests.
+# The figures to read are the node's CPU time per request (user + system
+# from /proc over the measured window) and the rate. The client is wrk
+# (Debian's `wrk`, installed if missing), one thread, CONNS keep-alive
+# connections, for SECONDS.
 #
-# Usage: bench/traces.sh [REQUESTS] [CONNS]   (default 20000 4;
+# Usage: bench/traces.sh [SECONDS] [CONNS]   (default 10 16;
 # BIN=path/to/wasmkeep to measure another build)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-REQUESTS="${1:-20000}"
-CONNS="${2:-4}"
+SECONDS_RUN="${1:-10}"
+CONNS="${2:-16}"
+if ! command -v wrk >/dev/null; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends wrk >/dev/null
+fi
 BIN="${BIN:-$ROOT/target/release/wasmkeep}"
 WASM="${WASMKEEP_GUESTS_DIR:-$ROOT/target/wasm}"
 [ -f "$WASM/counter.wasm" ] || { echo "missing $WASM/counter.wasm: run scripts/build-guests" >&2; exit 1; }
@@ -47,8 +50,15 @@ cleanup() {
   rm -rf "$DIR"
 }
 trap cleanup EXIT
+# node_cpu PID: the process's user + system seconds so far.
+node_cpu() {
+  python3 -c 'import os,sys; f=open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")",1)[1].split(); print((int(f[11])+int(f[12]))/os.sysconf("SC_CLK_TCK"))' "$1"
+}
 
-echo "# $BIN, S1 (one hot actor), $REQUESTS requests on $CONNS connections, $(nproc) CPUs"
+echo "# $BIN, S1 (one hot actor), ${SECONDS_RUN}s at $CONNS connections (wrk), $(nproc) CPUs"
+cat >"$DIR/post.lua" <<'LUA'
+wrk.method = "POST"
+LUA
 printf '%-10s %10s %16s %14s\n' traces "req/s" "node CPU us/req" "OTLP exports"
 run() {
   local label="$1"; shift
@@ -58,40 +68,26 @@ run() {
   env "$@" "$BIN" dev --bucket "file://$DIR/bucket" --listen "127.0.0.1:$port" \
     --data-dir "$DIR/data" --console off counter="$WASM/counter.wasm" >"$DIR/node-$label.log" 2>&1 &
   NODE=$!
-  python3 - "$port" "$REQUESTS" "$CONNS" "$NODE" "$label" <<'PY'
-import http.client, multiprocessing, os, sys, time
-port, requests, conns, pid, label = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-path = "/bench/counter/hot/increment"
-deadline = time.time() + 120
-while True:
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        c.request("POST", path, body=b""); r = c.getresponse(); r.read()
-        if r.status == 200:
-            break
-    except (OSError, http.client.HTTPException):
-        pass
-    if time.time() > deadline:
-        sys.exit("the node did not serve")
-    time.sleep(0.2)
-def cpu():
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-def client(n):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    for _ in range(n):
-        c.request("POST", path, body=b""); r = c.getresponse(); r.read()
-        if r.status != 200:
-            sys.exit(f"{r.status}")
-# Warm-up: the instance, the allocator, the exporter's first batches.
-with multiprocessing.Pool(conns) as p:
-    p.map(client, [500] * conns)
-cpu0, t0 = cpu(), time.perf_counter()
-with multiprocessing.Pool(conns) as p:
-    p.map(client, [requests // conns] * conns)
-elapsed, used = time.perf_counter() - t0, cpu() - cpu0
-n = (requests // conns) * conns
-print(f"{label:<10} {n / elapsed:10.0f} {used / n * 1e6:16.1f}", end="")
+  local url="http://127.0.0.1:$port/bench/counter/hot/increment"
+  for _ in $(seq 600); do
+    curl -sf -X POST "$url" >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  # Warm-up: the instance, the allocator, the exporter's first batches.
+  wrk -t1 -c"$CONNS" -d2s -s "$DIR/post.lua" "$url" >/dev/null
+  local cpu0 cpu1
+  cpu0="$(node_cpu "$NODE")"
+  wrk -t1 -c"$CONNS" -d"${SECONDS_RUN}s" -s "$DIR/post.lua" "$url" >"$DIR/wrk-$label.txt"
+  cpu1="$(node_cpu "$NODE")"
+  python3 - "$label" "$cpu0" "$cpu1" "$DIR/wrk-$label.txt" <<'PY'
+import re, sys
+label, cpu0, cpu1, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), open(sys.argv[4]).read()
+n = int(re.search(r"(\d+) requests in", out).group(1))
+rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+if bad:
+    sys.exit(f"{label}: {bad.group(1)} answers were not 2xx")
+print(f"{label:<10} {rate:10.0f} {(cpu1 - cpu0) / n * 1e6:16.1f}", end="")
 PY
   kill -TERM "$NODE"; wait "$NODE" 2>/dev/null || true; NODE=""
   printf ' %14s\n' "$(grep -c . "$DIR/sink.count" || true)"

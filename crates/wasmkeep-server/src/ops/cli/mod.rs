@@ -37,6 +37,7 @@ use views::{actor_inspect, actor_list, class_list, node_list};
 /// the node's spans (`ops::telemetry`). A bad `OTEL_*` value is an error.
 pub fn init_logging(format: Option<LogFormat>, traces: bool) -> crate::Result<()> {
     use tracing_subscriber::Layer as _;
+    use tracing_subscriber::filter::FilterExt as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
@@ -46,6 +47,15 @@ pub fn init_logging(format: Option<LogFormat>, traces: bool) -> crate::Result<()
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
+    // Of the trace's spans, the log shows the request's (its trace id) and
+    // the event's (the actor's task enters only that one: the request is
+    // found as its parent). The commit, forward and call spans are not
+    // formatted for the log: their fields would cost every request.
+    let filter = filter.and(tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.is_span()
+            && meta.target() == "wasmkeep::trace"
+            && matches!(meta.name(), "commit" | "forward" | "call"))
+    }));
     let fmt = match format.unwrap_or(LogFormat::Text) {
         LogFormat::Text => fmt.with_filter(filter).boxed(),
         LogFormat::Json => fmt.json().with_filter(filter).boxed(),
