@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# Builds the TypeScript counter (src/actor.ts) into a component with the
-# TypeScript SDK (sdk/js, @wasmkeep/sdk): its wasmkeep-build bundles the
-# actor with esbuild and builds the component with componentize-js against
-# the same WIT as the Rust guests.
+# Builds a TypeScript example (examples/EXAMPLE/src/actor.ts: counter-js,
+# chat-js) into a component with the TypeScript SDK (sdk/js, @wasmkeep/sdk):
+# its wasmkeep-build bundles the actor with esbuild and builds the component
+# with componentize-js against the same WIT as the Rust guests.
 #
-# Usage: examples/counter-js/build.sh OUT.wasm
+# Usage: examples/build-ts.sh EXAMPLE OUT.wasm
 # Needs node >= 18 and npm. The first run installs the SDK's pinned toolchain
 # from sdk/js/package-lock.json into sdk/js/node_modules (~30 s, ~420 MB);
-# this example's own node_modules only links the SDK.
+# an example's own node_modules only links the SDK.
 set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SDK="$ROOT/sdk/js"
-out="${1:?usage: build.sh OUT.wasm}"
+example="${1:?usage: build-ts.sh EXAMPLE OUT.wasm}"
+HERE="$ROOT/examples/$example"
+[ -f "$HERE/src/actor.ts" ] || { echo "build-ts: no $HERE/src/actor.ts" >&2; exit 1; }
+out="${2:?usage: build-ts.sh EXAMPLE OUT.wasm}"
 mkdir -p "$(dirname "$out")"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
 if ! command -v npm >/dev/null 2>&1; then
-  echo "counter-js: needs node >= 18 and npm" >&2
+  echo "build-ts: needs node >= 18 and npm" >&2
   exit 1
 fi
 # npm ci installs exactly the lock (componentize-js is pinned: newer wizer
@@ -32,4 +34,4 @@ if ! [ -e node_modules/.bin/wasmkeep-build ] || [ package-lock.json -nt node_mod
 fi
 # Type-checks with tsconfig.json, bundles, componentizes (see sdk/js/README.md).
 npx --no-install wasmkeep-build src/actor.ts -o "$out"
-echo "counter-js: built $out ($(stat -c %s "$out") bytes)" >&2
+echo "$example: built $out ($(stat -c %s "$out") bytes)" >&2
