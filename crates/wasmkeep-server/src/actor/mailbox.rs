@@ -365,7 +365,16 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
             Job::Alarm(fire) => {
                 // Boxed: rare, and inline it would size every event's
                 // future for it (ADR 0046).
-                Box::pin(run_alarm(node, stub, active, fire, alarm_before)).await;
+                // An alarm starts a trace of its own (traces on): its
+                // calls are its children.
+                let span = if crate::ops::telemetry::on() {
+                    tracing::info_span!(target: "wasmkeep::trace", "alarm", wasmkeep.actor = %stub.id, wasmkeep.retry = fire.retry_count)
+                } else {
+                    tracing::Span::none()
+                };
+                Box::pin(run_alarm(node, stub, active, fire, alarm_before))
+                    .instrument(span)
+                    .await;
                 return;
             }
             Job::Hibernate | Job::Drain | Job::Replace(_) => {

@@ -3,8 +3,9 @@
 //! a `traceparent`, sent to the node that does not hold the actor, gives
 //! one trace on both nodes: the receiving node's request and forward, the
 //! holder's request (a child of the forward), event and commit. An actor's
-//! call to an actor on the other node is one trace too, and the holder's
-//! log lines inside the request carry its trace id.
+//! call to an actor on the other node is one trace too, an alarm's delivery
+//! is a span of its own, and the holder's log lines inside the request
+//! carry its trace id.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -115,25 +116,34 @@ impl Receiver {
         what: &str,
         done: impl Fn(&[Span]) -> bool,
     ) -> anyhow::Result<Vec<Span>> {
-        let deadline = tokio::time::Instant::now() + SPANS_TIME_MAX;
-        loop {
-            let of_trace: Vec<Span> = self
-                .seen
-                .iter()
+        let of_trace = |all: &[Span]| -> Vec<Span> {
+            all.iter()
                 .filter(|s| s.trace_id == trace_id)
                 .cloned()
-                .collect();
-            if done(&of_trace) {
-                return Ok(of_trace);
-            }
+                .collect()
+        };
+        self.wait_until(what, |all| done(&of_trace(all))).await?;
+        Ok(of_trace(&self.seen))
+    }
+
+    /// Waits until every span received so far satisfies `done`.
+    async fn wait_until(
+        &mut self,
+        what: &str,
+        done: impl Fn(&[Span]) -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + SPANS_TIME_MAX;
+        while !done(&self.seen) {
             match tokio::time::timeout_at(deadline, self.spans.recv()).await {
                 Ok(Some(span)) => self.seen.push(span),
                 Ok(None) => bail!("the receiver stopped"),
                 Err(_) => bail!(
-                    "{what}: not there after {SPANS_TIME_MAX:?}; spans of trace {trace_id}: {of_trace:#?}"
+                    "{what}: not there after {SPANS_TIME_MAX:?}; spans: {:#?}",
+                    self.seen
                 ),
             }
         }
+        Ok(())
     }
 }
 
@@ -344,6 +354,17 @@ async fn traces(c: &mut Cluster, receiver: &mut Receiver) -> anyhow::Result<()> 
         hop.name == "forward" && hop.parent_span_id == call.span_id,
         "the callee's request is not a child of the call's forward: {spans:#?}"
     );
+    // An alarm's delivery is a trace of its own, on the holder.
+    let path = format!("/t/sink/{held}/alarm/set?at=1");
+    let r = c.http.post(&c.url(1, &path)).await?;
+    ensure!(r.status == 200, "POST {path}: {} {}", r.status, r.text());
+    let actor = format!("t/sink/{held}");
+    receiver
+        .wait_until("the alarm's span", |all| {
+            all.iter()
+                .any(|s| s.name == "alarm" && s.attributes.get("wasmkeep.actor") == Some(&actor))
+        })
+        .await?;
     let log = c.node_log(1);
     ensure!(
         log.lines()

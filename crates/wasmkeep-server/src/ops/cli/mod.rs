@@ -49,12 +49,12 @@ pub fn init_logging(format: Option<LogFormat>, traces: bool) -> crate::Result<()
         .with_writer(std::io::stderr);
     // Of the trace's spans, the log shows the request's (its trace id) and
     // the event's (the actor's task enters only that one: the request is
-    // found as its parent). The commit, forward and call spans are not
-    // formatted for the log: their fields would cost every request.
+    // found as its parent). The commit, forward, call and alarm spans are
+    // not formatted for the log: their fields would cost every request.
     let filter = filter.and(tracing_subscriber::filter::filter_fn(|meta| {
         !(meta.is_span()
             && meta.target() == "wasmkeep::trace"
-            && matches!(meta.name(), "commit" | "forward" | "call"))
+            && matches!(meta.name(), "commit" | "forward" | "call" | "alarm"))
     }));
     let fmt = match format.unwrap_or(LogFormat::Text) {
         LogFormat::Text => fmt.with_filter(filter).boxed(),
