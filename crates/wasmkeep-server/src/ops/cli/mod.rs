@@ -70,8 +70,18 @@ pub fn init_logging(format: Option<LogFormat>, traces: bool) -> crate::Result<()
         Some(settings) => {
             let tracer = crate::ops::telemetry::start(&settings)?;
             Some(
+                // Off: attributes and clock readings per span that nobody
+                // here reads (source location, thread, target, busy and
+                // idle times), and the OpenTelemetry context switched at
+                // every poll of an instrumented future (no other
+                // OpenTelemetry instrumentation runs in the process).
                 tracing_opentelemetry::layer()
                     .with_tracer(tracer)
+                    .with_location(false)
+                    .with_threads(false)
+                    .with_target(false)
+                    .with_tracked_inactivity(false)
+                    .with_context_activation(false)
                     .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
                         meta.is_span() && meta.target() == "wasmkeep::trace"
                     })),
