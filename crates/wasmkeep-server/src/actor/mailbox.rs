@@ -397,8 +397,8 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
 /// Observes the time the guest's SQL calls took in the event that just
 /// ended, and starts the next event's count at zero.
 fn observe_sql_time(stub: &Stub, instance: &mut Box<dyn GuestInstance>) {
-    stub.metrics
-        .sql_time(std::mem::take(&mut host(instance).sql_time));
+    let sql_time = std::mem::take(&mut host(instance).sql_time);
+    observe(&stub.metrics.sql_seconds, sql_time);
 }
 
 /// Counts and logs a failed event; what its client is told (a trap's

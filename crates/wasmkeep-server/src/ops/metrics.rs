@@ -343,11 +343,6 @@ impl ClassMetrics {
             })
             .inc();
     }
-
-    /// Observes an event's time in its guest's SQL calls.
-    pub fn sql_time(&self, time: Duration) {
-        observe(&self.sql_seconds, time);
-    }
 }
 
 /// `wasmkeep_http_requests_total{status}`: a counter per status, found by
@@ -833,7 +828,7 @@ mod tests {
         chat.resident_actors.inc();
         counter.events.inc();
         observe(&counter.event_seconds, Duration::from_millis(3));
-        counter.sql_time(Duration::from_micros(40));
+        observe(&counter.sql_seconds, Duration::from_micros(40));
         counter.outbound(&OutboundOutcome::Answered {
             status: 204,
             latency: Duration::from_millis(2),
