@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use futures::FutureExt;
 use parking_lot::Mutex;
@@ -69,7 +68,7 @@ impl Parts {
                 Ok(()) if *ending.borrow() => {}
                 Ok(()) => parts.stop(P::NAME, P::NEEDED, Stopped::Ended),
                 Err(panic) => {
-                    parts.metrics.part_panics.fetch_add(1, Ordering::Relaxed);
+                    parts.metrics.part_panics.inc();
                     parts.stop(P::NAME, P::NEEDED, Stopped::Panicked(panic_text(&*panic)));
                 }
             }
@@ -169,7 +168,7 @@ mod tests {
             .spawn(Panics, shutdown)
             .await
             .expect("the panic is contained in the part's task");
-        assert_eq!(metrics.part_panics.load(Ordering::Relaxed), 1);
+        assert_eq!(metrics.part_panics.get(), 1);
         assert_eq!(
             parts.stopped("panics"),
             Some(Stopped::Panicked("planted in a test".into()))

@@ -7,7 +7,6 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -92,9 +91,9 @@ impl Node {
                                 }
                                 let stub = self.spawn_stub(actor.clone());
                                 actors.insert(actor.clone(), Entry::Live(Arc::clone(&stub)));
-                                self.metrics
-                                    .resident_actors
-                                    .store(actors.len() as i64, Ordering::Relaxed);
+                                // Taken off where the entry is removed
+                                // (`Residents::end_leaving`).
+                                stub.metrics.resident_actors.inc();
                                 break stub;
                             }
                         }
@@ -585,7 +584,14 @@ impl Node {
     /// (see [`Residents::mailbox_panicked`](crate::actor::residents::Residents::mailbox_panicked)).
     pub(crate) fn spawn_stub(self: &Arc<Self>, id: ActorId) -> Arc<Stub> {
         let (tx, rx) = mpsc::channel(self.config.limits.mailbox_events_max);
-        let stub = Stub::new(id, tx, self.clock.wall_ms());
+        // Routing refused a class this node has not loaded; one that went
+        // away since gets no series of its own.
+        let metrics = if self.classes.is_loaded(&id.class) {
+            self.metrics.class(id.tenant.as_str(), id.class.as_str())
+        } else {
+            self.metrics.unknown_class()
+        };
+        let stub = Stub::new(id, tx, self.clock.wall_ms(), metrics);
         let node = Arc::clone(self);
         let guarded = Arc::clone(&stub);
         tokio::spawn(async move {

@@ -185,8 +185,7 @@ async fn a_request_to_a_non_owner_is_forwarded_and_answered() {
         .await
         .text();
     assert!(
-        wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_forwarded_requests_total")
-            .unwrap()
+        wasmkeep_server::ops::metrics::sum(&metrics, "wasmkeep_forwarded_requests_total").unwrap()
             >= 1.0
     );
     a.node.shutdown(Duration::from_secs(10)).await;
@@ -318,11 +317,11 @@ async fn forged_and_replayed_signed_calls_are_ordinary_requests_and_skewed_ones_
         .await
         .text();
     assert_eq!(
-        wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_signed_calls_refused_total"),
+        wasmkeep_server::ops::metrics::sum(&metrics, "wasmkeep_signed_calls_refused_total"),
         Some(2.0)
     );
     assert_eq!(
-        wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_signed_calls_skewed_total"),
+        wasmkeep_server::ops::metrics::sum(&metrics, "wasmkeep_signed_calls_skewed_total"),
         Some(1.0)
     );
     a.node.shutdown(Duration::from_secs(10)).await;
@@ -340,12 +339,7 @@ async fn a_heartbeat_that_does_not_parse_is_ignored() {
         .await
         .unwrap();
     // A few heartbeat periods pass with the garbage in place.
-    let renewals = |n: &Running| {
-        n.node
-            .metrics
-            .lease_renewals
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let renewals = |n: &Running| n.node.metrics.lease_renewals.get();
     let before = renewals(&a);
     while renewals(&a) < before + 3 {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -396,12 +390,7 @@ async fn an_alarm_that_fires_on_a_non_owner_is_handed_off_and_runs_once() {
     .await;
     let r = send_until_served(&a.addr, "POST", "/demo/counter/al/alarm?in_ms=1500").await;
     assert_eq!(r.status, 200, "{}", r.text());
-    let handed_off = |n: &Running| {
-        n.node
-            .metrics
-            .alarm_hand_offs
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let handed_off = |n: &Running| n.node.metrics.alarm_hand_offs.get();
     while handed_off(&c) == 0 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -491,7 +480,7 @@ async fn forward_loops(node: &Running) -> f64 {
     let metrics = send(&node.addr, "GET", "/_wasmkeep/metrics", Vec::new())
         .await
         .text();
-    wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_forward_loops_total").unwrap()
+    wasmkeep_server::ops::metrics::sum(&metrics, "wasmkeep_forward_loops_total").unwrap()
 }
 
 /// A WebSocket to `path` on `addr`: the node named by the 101, and the

@@ -328,7 +328,7 @@ async fn a_panic_in_a_mailbox_fails_its_event_and_the_actor_serves_again() {
     assert_eq!(answered.as_deref(), Some("2"), "the actor serves again");
     let metrics = node.metrics.render();
     assert_eq!(
-        wasmkeep_server::ops::metrics::sample(&metrics, "wasmkeep_mailbox_panics_total"),
+        wasmkeep_server::ops::metrics::sum(&metrics, "wasmkeep_mailbox_panics_total"),
         Some(1.0),
         "{metrics}"
     );

@@ -1027,6 +1027,97 @@ fn an_actor_with_one_event_drops_its_instance_at_once_a_busy_one_keeps_it() {
     assert_eq!(server.metric("wasmkeep_resident_actors"), 1.0);
 }
 
+/// The series of an actor's events carry its tenant and class (ADR 0071):
+/// two classes and two tenants of one class each count their own, their
+/// sum is the node's value, an unknown class makes no series, and the page
+/// is the Prometheus text format, every line of it readable.
+#[test]
+fn metrics_are_labelled_by_tenant_and_class() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = dev(dir.path(), &[]);
+    for n in 1..=3 {
+        let r = server.req("POST", "/demo/counter/a/increment");
+        assert_eq!((r.status, r.text()), (200, n.to_string()));
+    }
+    let r = server.req("POST", "/acme/counter/b/increment");
+    assert_eq!((r.status, r.text()), (200, "1".to_owned()));
+    for _ in 0..2 {
+        let r = server.req("GET", "/demo/chat/lobby/history");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(server.req("GET", "/demo/nosuch/x").status, 404);
+
+    let page = server.req("GET", "/_wasmkeep/metrics");
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    let text = page.text();
+    let of = |name: &str, tenant: &str, class: &str| {
+        common::metric_labelled(&text, name, &[("tenant", tenant), ("class", class)])
+            .unwrap_or_else(|| panic!("no {name} of {tenant}/{class}:\n{text}"))
+    };
+    let events = "wasmkeep_events_total";
+    assert_eq!(of(events, "demo", "counter"), 3.0);
+    assert_eq!(of(events, "acme", "counter"), 1.0);
+    assert_eq!(of(events, "demo", "chat"), 2.0);
+    assert_eq!(common::metric_in(&text, events), 6.0, "the node's value");
+    for (tenant, class) in [("demo", "counter"), ("acme", "counter"), ("demo", "chat")] {
+        assert_eq!(of("wasmkeep_activations_total", tenant, class), 1.0);
+        assert_eq!(of("wasmkeep_resident_actors", tenant, class), 1.0);
+        assert_eq!(
+            of("wasmkeep_event_seconds_count", tenant, class),
+            of(events, tenant, class)
+        );
+        assert_eq!(
+            of("wasmkeep_sql_seconds_count", tenant, class),
+            of(events, tenant, class),
+            "each guest event's SQL time is observed"
+        );
+    }
+    assert!(of("wasmkeep_sql_seconds_sum", "demo", "counter") > 0.0);
+    // Each increment waited on its write; a read of nothing waited on none.
+    assert_eq!(of("wasmkeep_commit_seconds_count", "demo", "counter"), 3.0);
+    assert_eq!(of("wasmkeep_commit_seconds_count", "demo", "chat"), 0.0);
+    // A class the node does not serve is refused before any stub: it
+    // makes no series of its own.
+    assert_eq!(
+        common::metric_labelled(&text, events, &[("tenant", "demo"), ("class", "nosuch")]),
+        None
+    );
+    assert_eq!(of(events, "_other", "_other"), 0.0);
+    // Node-level series stay unlabelled.
+    assert_eq!(
+        common::metric_labelled(&text, "wasmkeep_lease_renewal_failures_total", &[]),
+        Some(0.0)
+    );
+
+    // The text format: each family's HELP and TYPE once, then its samples,
+    // every sample line `name{labels} value` of a declared family.
+    let mut declared = std::collections::HashMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+            assert!(declared.insert(name, kind).is_none(), "twice: {line}");
+        } else if !line.starts_with("# HELP ") {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    name.strip_suffix(suffix)
+                        .filter(|f| declared.get(f) == Some(&"histogram"))
+                })
+                .unwrap_or(name);
+            assert!(declared.contains_key(family), "undeclared: {line}");
+            let value = line.rsplit_once(' ').unwrap().1;
+            assert!(value.parse::<f64>().is_ok(), "not a value: {line}");
+        }
+    }
+    assert_eq!(declared.get(events), Some(&"counter"));
+    assert_eq!(declared.get("wasmkeep_commit_seconds"), Some(&"histogram"));
+}
+
 #[test]
 fn an_idle_actor_drops_its_instance_and_keeps_its_data() {
     let dir = tempfile::tempdir().unwrap();

@@ -175,10 +175,12 @@ fn outbound_http_reaches_only_what_the_class_allows() {
 
     let metrics = server.req("GET", "/_wasmkeep/metrics").text();
     let outcome = |o: &str| {
-        common::metric_in(
+        common::metric_labelled(
             &metrics,
-            &format!("wasmkeep_outbound_requests_total{{class=\"proxy\",outcome=\"{o}\"}}"),
+            "wasmkeep_outbound_requests_total",
+            &[("tenant", "t"), ("class", "proxy"), ("outcome", o)],
         )
+        .unwrap_or(0.0)
     };
     assert!(outcome("2xx") >= 5.0, "{metrics}");
     assert!(outcome("denied") >= 4.0, "{metrics}");

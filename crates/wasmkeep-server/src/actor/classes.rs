@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use parking_lot::{Mutex, RwLock};
 
@@ -240,6 +239,11 @@ impl Classes {
             .unwrap_or_default()
     }
 
+    /// Whether a version of the class is loaded and served here.
+    pub(crate) fn is_loaded(&self, class: &ClassName) -> bool {
+        self.serves(class) && self.loaded.read().contains_key(class)
+    }
+
     /// The digest of the class's loaded version.
     pub(crate) fn digest(&self, class: &ClassName) -> Option<String> {
         self.loaded.read().get(class).map(|c| c.digest().to_owned())
@@ -446,7 +450,7 @@ impl Classes {
             match loaded {
                 Ok(component) => {
                     tracing::info!(%class, %digest, from_cache = component.was_cached(), "class version loaded");
-                    metrics.class_loads.fetch_add(1, Ordering::Relaxed);
+                    metrics.class_loads.inc();
                     self.set(class.clone(), component);
                     self.set_pending(&class, None);
                 }

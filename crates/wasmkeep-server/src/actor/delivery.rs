@@ -17,6 +17,7 @@ use crate::Error;
 use crate::actor::orders::Reply;
 use crate::actor::socket_table::Outgoing;
 use crate::node::{Node, Stub};
+use crate::ops::metrics::observe;
 
 /// A finished event waiting for its output gate.
 pub(crate) struct Delivery {
@@ -28,6 +29,8 @@ pub(crate) struct Delivery {
     pub(crate) reply: Option<(Reply, Response)>,
     pub(crate) sends: Vec<(u64, Outgoing)>,
     pub(crate) started: Instant,
+    /// When the event ended (its commit): the output gate's wait starts.
+    pub(crate) ended: Instant,
     /// The commit's span (traces on): it ends when the gate opens and the
     /// answer goes out.
     pub(crate) span: tracing::Span,
@@ -77,14 +80,12 @@ pub(crate) fn deliver(
         )),
         Ok(()) => Ok(()),
         Err(e @ wasmkeep_store::Error::Unsettled { .. }) => {
-            node.metrics
-                .outcomes_unknown
-                .fetch_add(1, Ordering::Relaxed);
+            node.metrics.outcomes_unknown.inc();
             Err(Error::OutcomeUnknown(e.to_string()))
         }
         Err(e) => {
             if matches!(e, wasmkeep_store::Error::Fenced { .. }) {
-                node.metrics.store_fenced.fetch_add(1, Ordering::Relaxed);
+                node.metrics.store_fenced.inc();
             }
             Err(Error::unavailable(format!(
                 "the write was not acknowledged: {e}"
@@ -93,6 +94,11 @@ pub(crate) fn deliver(
     };
     match durable {
         Ok(()) => {
+            if !delivery.read_durable {
+                // The event waited for its writes (or for the earlier
+                // writes it read) to be durable.
+                observe(&stub.metrics.commit_seconds, delivery.ended.elapsed());
+            }
             if !delivery.sends.is_empty() {
                 let sockets = stub.sockets.lock();
                 for (id, out) in delivery.sends {
@@ -118,9 +124,7 @@ pub(crate) fn deliver(
             stub.mark_broken();
         }
     }
-    node.metrics
-        .event_latency
-        .observe(delivery.started.elapsed());
+    observe(&stub.metrics.event_seconds, delivery.started.elapsed());
     // The commit's span ends with its answer out.
     drop(delivery.span);
 }

@@ -5,6 +5,7 @@
 //! through `as_any`.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use wasmkeep_runtime::{
     ActorHost, LogLevel, Message, OutboundOutcome, OutboundScope, Request, Response, SqlRows,
@@ -16,6 +17,7 @@ use wasmkeep_types::{ActorId, ClassName};
 
 use crate::actor::socket_table::{Outgoing, SharedSockets};
 use crate::node::Node;
+use crate::ops::metrics::ClassMetrics;
 
 pub struct NodeHost {
     node: Arc<Node>,
@@ -26,10 +28,21 @@ pub struct NodeHost {
     pub(crate) chain: Vec<ActorId>,
     /// Socket writes of the current event, held until its output gate opens.
     pub(crate) outbox: Vec<(u64, Outgoing)>,
+    /// Time the guest's SQL calls took in the current event (the mailbox
+    /// observes it at the event's end and sets it back to zero).
+    pub(crate) sql_time: Duration,
+    /// The handles of the actor's (tenant, class) metrics.
+    metrics: Arc<ClassMetrics>,
 }
 
 impl NodeHost {
-    pub fn new(node: Arc<Node>, actor: ActorId, store: ActorStore, sockets: SharedSockets) -> Self {
+    pub fn new(
+        node: Arc<Node>,
+        actor: ActorId,
+        store: ActorStore,
+        sockets: SharedSockets,
+        metrics: Arc<ClassMetrics>,
+    ) -> Self {
         Self {
             node,
             actor,
@@ -37,6 +50,8 @@ impl NodeHost {
             sockets,
             chain: Vec::new(),
             outbox: Vec::new(),
+            sql_time: Duration::ZERO,
+            metrics,
         }
     }
 
@@ -59,11 +74,12 @@ impl NodeHost {
 }
 
 /// An actor's outbound HTTP as its node sees it (ADR 0066): its class's
-/// allow-list as the class's `current` record says now, and the node's
-/// metrics.
+/// allow-list as the class's `current` record says now, and the actor's
+/// (tenant, class) metrics.
 struct ClassOutbound {
     node: Arc<Node>,
     class: ClassName,
+    metrics: Arc<ClassMetrics>,
 }
 
 impl OutboundScope for ClassOutbound {
@@ -72,7 +88,7 @@ impl OutboundScope for ClassOutbound {
     }
 
     fn record(&self, outcome: &OutboundOutcome) {
-        self.node.metrics.outbound(self.class.as_str(), outcome);
+        self.metrics.outbound(outcome);
     }
 }
 
@@ -97,15 +113,17 @@ pub fn strip_markers(headers: &mut Vec<(String, String)>) {
 #[async_trait::async_trait]
 impl ActorHost for NodeHost {
     fn sql_execute(&mut self, statement: &str, params: Vec<SqlValue>) -> Result<u64, String> {
-        self.store
-            .execute(statement, &params)
-            .map_err(|e| e.to_string())
+        let started = Instant::now();
+        let executed = self.store.execute(statement, &params);
+        self.sql_time += started.elapsed();
+        executed.map_err(|e| e.to_string())
     }
 
     fn sql_query(&mut self, statement: &str, params: Vec<SqlValue>) -> Result<SqlRows, String> {
-        self.store
-            .query(statement, &params)
-            .map_err(|e| e.to_string())
+        let started = Instant::now();
+        let rows = self.store.query(statement, &params);
+        self.sql_time += started.elapsed();
+        rows.map_err(|e| e.to_string())
     }
 
     fn alarm_get(&mut self) -> Option<i64> {
@@ -262,6 +280,7 @@ impl ActorHost for NodeHost {
         Arc::new(ClassOutbound {
             node: Arc::clone(&self.node),
             class: self.actor.class.clone(),
+            metrics: Arc::clone(&self.metrics),
         })
     }
 

@@ -27,6 +27,7 @@ use crate::actor::socket_table::{
     CLOSE_HANDSHAKE_TIME_MAX, CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, CLOSE_SERVICE_RESTART, Outgoing,
 };
 use crate::node::{Activation, Node, Stub};
+use crate::ops::metrics::observe;
 use crate::{Error, Result};
 
 struct Active {
@@ -90,9 +91,7 @@ pub(crate) async fn run(node: Arc<Node>, stub: Arc<Stub>, mut rx: mpsc::Receiver
                     Activation::Elsewhere(peer.clone())
                 }
                 other => {
-                    node.metrics
-                        .activation_failures
-                        .fetch_add(1, Ordering::Relaxed);
+                    stub.metrics.activation_failures.inc();
                     tracing::warn!(actor = %stub.id, error = %other, "activation failed");
                     Activation::Failed {
                         reason: other.to_string(),
@@ -176,7 +175,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
     // The holder before may have a record in flight: fence first (ADR 0062).
     if prior_hold && !planted::late_record_answered_failed() {
         store.fence_log();
-        node.metrics.log_fences.fetch_add(1, Ordering::Relaxed);
+        node.metrics.log_fences.inc();
     }
     let alarm = store.alarm();
     let host = NodeHost::new(
@@ -184,6 +183,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
         actor.clone(),
         store,
         Arc::clone(&stub.sockets),
+        Arc::clone(&stub.metrics),
     );
     let instance = match component.instantiate(actor.clone(), Box::new(host)).await {
         Ok(instance) => instance,
@@ -203,7 +203,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
         delivery_rx,
         Arc::clone(&delivering),
     ));
-    node.metrics.activations.fetch_add(1, Ordering::Relaxed);
+    stub.metrics.activations.inc();
     tracing::debug!(%actor, "activated");
     Ok(Active {
         instance,
@@ -280,7 +280,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
         return;
     }
     switch_component(node, stub, &mut active.instance);
-    node.metrics.events.fetch_add(1, Ordering::Relaxed);
+    stub.metrics.events.inc();
     let instance = &mut active.instance;
     let alarm_before = host(instance).store.alarm();
     // The transaction begins with the event's first statement (a WebSocket
@@ -318,36 +318,39 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                     .handle(request)
                     .instrument(event_span.clone())
                     .await;
+                observe_sql_time(stub, instance);
                 let outcome = match result {
                     // Checked before the commit: an answer that cannot be
                     // sent fails the event whole, its writes with it.
                     Ok(response) => match crate::actor::host::check_response(&response) {
                         Ok(()) => Ok(Some(response)),
                         Err(reason) => {
-                            node.metrics.guest_failures.fetch_add(1, Ordering::Relaxed);
+                            stub.metrics.guest_failures.inc();
                             Err(Error::EventRefused(reason))
                         }
                     },
-                    Err(e) => Err(Error::Guest(event_error(node, &stub.id, &e))),
+                    Err(e) => Err(Error::Guest(event_error(node, stub, &e))),
                 };
                 (outcome, reply, started)
             }
             Job::SocketMessage { id, message } => {
                 let result = instance.socket_message(id, message).await;
+                observe_sql_time(stub, instance);
                 (
                     result
                         .map(|()| None)
-                        .map_err(|e| Error::Guest(event_error(node, &stub.id, &e))),
+                        .map_err(|e| Error::Guest(event_error(node, stub, &e))),
                     None,
                     started,
                 )
             }
             Job::SocketClose { id, code, reason } => {
                 let result = instance.socket_close(id, code, reason).await;
+                observe_sql_time(stub, instance);
                 (
                     result
                         .map(|()| None)
-                        .map_err(|e| Error::Guest(event_error(node, &stub.id, &e))),
+                        .map_err(|e| Error::Guest(event_error(node, stub, &e))),
                     None,
                     started,
                 )
@@ -417,11 +420,18 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
     }
 }
 
+/// Observes the time the guest's SQL calls took in the event that just
+/// ended, and starts the next event's count at zero.
+fn observe_sql_time(stub: &Stub, instance: &mut Box<dyn GuestInstance>) {
+    let sql_time = std::mem::take(&mut host(instance).sql_time);
+    observe(&stub.metrics.sql_seconds, sql_time);
+}
+
 /// Counts and logs a failed event; what its client is told (a trap's
 /// details only with `guest_error_detail`).
-fn event_error(node: &Node, actor: &ActorId, error: &EventError) -> String {
-    node.metrics.guest_failures.fetch_add(1, Ordering::Relaxed);
-    tracing::warn!(%actor, %error, "an event failed");
+fn event_error(node: &Node, stub: &Stub, error: &EventError) -> String {
+    stub.metrics.guest_failures.inc();
+    tracing::warn!(actor = %stub.id, %error, "an event failed");
     match error {
         EventError::Trap(_) if !node.config.guest_error_detail => {
             "the guest trapped (the node's log has the details)".to_owned()
@@ -469,6 +479,7 @@ async fn commit(
                 reply,
                 sends,
                 started,
+                ended: Instant::now(),
                 span,
             };
             // An event that wrote nothing and saw only durable data, with
@@ -487,7 +498,7 @@ async fn commit(
         Err(e) => {
             let broken = h.store.is_failed();
             if h.store.is_fenced() {
-                node.metrics.store_fenced.fetch_add(1, Ordering::Relaxed);
+                node.metrics.store_fenced.inc();
             }
             tracing::warn!(actor = %stub.id, error = %e, broken, "commit failed");
             if let Some((reply, _)) = reply {
@@ -539,12 +550,13 @@ async fn run_alarm(
         host(instance).store.rollback_event();
         return;
     }
-    node.metrics.alarms_fired.fetch_add(1, Ordering::Relaxed);
+    stub.metrics.alarms_fired.inc();
     // Saturating: the guest may set any time, i64::MIN included.
     let lag_ms = u64::try_from(node.clock.wall_ms().saturating_sub(fire.scheduled_ms)).unwrap_or(0);
-    node.metrics
-        .alarm_lag
-        .observe(std::time::Duration::from_millis(lag_ms));
+    observe(
+        &stub.metrics.alarm_lag_seconds,
+        std::time::Duration::from_millis(lag_ms),
+    );
     let started = Instant::now();
     // The firing alarm is spent by this event: its handler reads no alarm
     // but one it sets itself (a handler that re-arms "if none is set" then
@@ -552,12 +564,14 @@ async fn run_alarm(
     if let Err(e) = host(instance).store.set_alarm(None) {
         tracing::warn!(%actor, error = %e, "clearing the firing alarm before its handler failed");
     }
-    let outcome = match instance.alarm(fire.scheduled_ms, fire.retry_count).await {
+    let result = instance.alarm(fire.scheduled_ms, fire.retry_count).await;
+    observe_sql_time(stub, instance);
+    let outcome = match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(message)) => Err(message),
         Err(e) => {
             // Whole: it reaches only the log line of the retry below.
-            node.metrics.guest_failures.fetch_add(1, Ordering::Relaxed);
+            stub.metrics.guest_failures.inc();
             Err(e.to_string())
         }
     };
@@ -583,7 +597,7 @@ async fn run_alarm(
             h.outbox.clear();
             let limits = &node.config.limits;
             if fire.retry_count < limits.alarm_retries_max {
-                node.metrics.alarm_retries.fetch_add(1, Ordering::Relaxed);
+                stub.metrics.alarm_retries.inc();
                 let delay = retry_delay(limits.alarm_retry_backoff_first, fire.retry_count);
                 tracing::warn!(%actor, retry = fire.retry_count + 1, ?delay, error = %message, "alarm failed; retrying");
                 let due = node
@@ -688,7 +702,7 @@ async fn hand_over(
     let sockets: Vec<_> = stub.sockets.lock().take_for_close().into_iter().collect();
     for (id, entry) in sockets {
         let _ = entry.tx.try_send(Outgoing::Close(code, reason.to_owned()));
-        node.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
+        stub.metrics.sockets_open.dec();
         if healthy {
             run_job(
                 node,
@@ -803,7 +817,7 @@ async fn hand_over(
         let _ = reply.send(outcome);
     }
     if leave == Leave::Idle {
-        node.metrics.hibernations.fetch_add(1, Ordering::Relaxed);
+        stub.metrics.hibernations.inc();
     }
 
     if leave == Leave::Drain
@@ -901,7 +915,7 @@ async fn serve_until_leave(
                 // The database stays in memory; SQLite's connection is
                 // opened again by the next event (~25 µs, ~25 KiB saved).
                 host(&mut active.instance).store.park();
-                node.metrics.instance_unloads.fetch_add(1, Ordering::Relaxed);
+                stub.metrics.instance_unloads.inc();
                 continue;
             }
             _ = tokio::time::sleep_until(last_job + idle_timeout) => {

@@ -18,7 +18,7 @@ use wasmkeep_types::{ActorId, NodeId};
 
 use crate::actor::orders::Job;
 use crate::actor::socket_table::SharedSockets;
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::{ClassMetrics, Metrics};
 use crate::wait_cell::WaitCell;
 use crate::{Error, Result};
 
@@ -47,6 +47,9 @@ pub struct Stub {
     /// the actor (a failed activation, a fenced store). Forgotten wherever
     /// the node's hint is ([`Node::forget_hints`]).
     pub hint: ActorHint,
+    /// The handles of the actor's (tenant, class) metrics, found once
+    /// when the stub is made: its events count without a lookup.
+    pub(crate) metrics: Arc<ClassMetrics>,
 }
 
 /// The outcome of a stub's activation.
@@ -65,7 +68,12 @@ pub(crate) enum Activation {
 
 impl Stub {
     /// A new actor's stub, its activation pending, its events sent on `tx`.
-    pub(crate) fn new(id: ActorId, tx: mpsc::Sender<Box<Job>>, now_ms: i64) -> Arc<Self> {
+    pub(crate) fn new(
+        id: ActorId,
+        tx: mpsc::Sender<Box<Job>>,
+        now_ms: i64,
+        metrics: Arc<ClassMetrics>,
+    ) -> Arc<Self> {
         Arc::new(Stub {
             id,
             tx,
@@ -77,6 +85,7 @@ impl Stub {
             fenced: AtomicBool::new(false),
             activation: WaitCell::new(Activation::Pending),
             hint: ActorHint::default(),
+            metrics,
         })
     }
 
@@ -330,15 +339,14 @@ impl Residents {
         match actors.get(&stub.id) {
             Some(Entry::Leaving(_)) if released.is_some() => {
                 actors.remove(&stub.id);
+                stub.metrics.resident_actors.dec();
             }
             Some(Entry::Live(s)) if Arc::ptr_eq(s, stub) => {
                 actors.remove(&stub.id);
+                stub.metrics.resident_actors.dec();
             }
             _ => {}
         }
-        self.metrics
-            .resident_actors
-            .store(actors.len() as i64, Ordering::Relaxed);
         drop(actors);
         // Dropping it wakes whoever waits for the release.
         drop(released);
@@ -378,7 +386,7 @@ impl Residents {
     /// hibernation that kept it.
     pub(crate) fn mailbox_panicked(&self, stub: &Arc<Stub>, panic: &(dyn std::any::Any + Send)) {
         let what = crate::parts::panic_text(panic);
-        self.metrics.mailbox_panics.fetch_add(1, Ordering::Relaxed);
+        self.metrics.mailbox_panics.inc();
         tracing::error!(actor = %stub.id, panic = %what, "the actor's mailbox panicked (a wasmkeep bug): its events in flight failed, and its next event activates it afresh");
         if matches!(stub.activation.get(), Activation::Pending) {
             stub.activation.set(Activation::Failed {
@@ -397,10 +405,8 @@ impl Residents {
         };
         if orphaned {
             actors.remove(&stub.id);
+            stub.metrics.resident_actors.dec();
         }
-        self.metrics
-            .resident_actors
-            .store(actors.len() as i64, Ordering::Relaxed);
         drop(actors);
         self.changed.notify_waiters();
     }

@@ -7,7 +7,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -85,9 +84,7 @@ pub async fn serve_tls(
             }
         };
         let Some(slot) = slots.take() else {
-            node.metrics
-                .connections_refused
-                .fetch_add(1, Ordering::Relaxed);
+            node.metrics.connections_refused.inc();
             if refusals_logged_at.is_none_or(|at| at.elapsed() >= REFUSAL_LOG_PERIOD) {
                 refusals_logged_at = Some(tokio::time::Instant::now());
                 tracing::warn!(
@@ -176,7 +173,7 @@ async fn serve_connection<S>(
         result = conn.as_mut() => {
             if let Err(e) = result {
                 if timed_out(&e) {
-                    metrics.connections_timed_out.fetch_add(1, Ordering::Relaxed);
+                    metrics.connections_timed_out.inc();
                 }
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
@@ -219,7 +216,7 @@ pub async fn handle(node: Arc<Node>, req: hyper::Request<Incoming>) -> HttpRespo
     if !response.headers().contains_key(HEADER_NODE) {
         add_this_node_header(&mut response, &node);
     }
-    node.metrics.request(response.status().as_u16());
+    node.metrics.request(response.status());
     response
 }
 
@@ -277,7 +274,7 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
         Route::Metrics => {
             return Ok(text(
                 200,
-                "text/plain; version=0.0.4",
+                crate::ops::metrics::CONTENT_TYPE,
                 &node.metrics.render(),
             ));
         }
@@ -566,7 +563,7 @@ pub async fn answer_call(
     if !response.headers().contains_key(HEADER_NODE) {
         add_this_node_header(&mut response, node);
     }
-    node.metrics.request(response.status().as_u16());
+    node.metrics.request(response.status());
     let (parts, body) = response.into_parts();
     let body = body
         .collect()

@@ -5,7 +5,6 @@
 //! that refuses or is unreachable gives the client a plain `503`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -59,7 +58,7 @@ pub async fn relay(
     key: &[u8],
 ) -> Result<Relayed> {
     if let Hop::Forwarded { from } = hop {
-        node.metrics.forward_loops.fetch_add(1, Ordering::Relaxed);
+        node.metrics.forward_loops.inc();
         tracing::info!(%actor, %peer, %from, "a relayed socket found the actor elsewhere again; 503 naming the holder instead of a second hop");
         return Err(Error::Moved {
             actor: actor.to_string(),
@@ -117,7 +116,7 @@ pub async fn relay(
             ));
         }
     };
-    node.metrics.relayed_sockets.fetch_add(1, Ordering::Relaxed);
+    node.metrics.relayed_sockets.inc();
     let on_upgrade = hyper::upgrade::on(&mut req);
     let actor_for_log = actor.clone();
     tokio::spawn(async move {

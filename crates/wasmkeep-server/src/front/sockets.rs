@@ -3,7 +3,6 @@
 //! through the host (released after the event's output gate).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -142,7 +141,7 @@ pub async fn upgrade(
         stub.sockets.lock().sockets.remove(&id);
         tokio::task::yield_now().await;
     };
-    node.metrics.sockets_open.fetch_add(1, Ordering::Relaxed);
+    stub.metrics.sockets_open.inc();
     let on_upgrade = hyper::upgrade::on(&mut req);
     let node = Arc::clone(node);
     // Only the message size is limited: a frame over it is read whole, so the
@@ -164,7 +163,7 @@ pub async fn upgrade(
             Err(e) => {
                 tracing::debug!(error = %e, "websocket upgrade failed");
                 if stub.sockets.lock().remove_closed(id) {
-                    node.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
+                    stub.metrics.sockets_open.dec();
                 }
             }
         }
@@ -192,13 +191,13 @@ async fn run_socket<S>(
         tokio::select! {
             incoming = ws.next() => match incoming {
                 Some(Ok(tungstenite::Message::Text(text))) => {
-                    node.metrics.socket_messages.fetch_add(1, Ordering::Relaxed);
+                    stub.metrics.socket_messages.inc();
                     if !forward(stub, Job::SocketMessage { id, message: Message::Text(text.to_string()) }).await {
                         break (1011, "actor unavailable".to_owned());
                     }
                 }
                 Some(Ok(tungstenite::Message::Binary(bytes))) => {
-                    node.metrics.socket_messages.fetch_add(1, Ordering::Relaxed);
+                    stub.metrics.socket_messages.inc();
                     if !forward(stub, Job::SocketMessage { id, message: Message::Binary(bytes.to_vec()) }).await {
                         break (1011, "actor unavailable".to_owned());
                     }
@@ -252,7 +251,7 @@ async fn run_socket<S>(
     // already closed every socket (hand-over), which reports them itself.
     let removed = stub.sockets.lock().remove_closed(id);
     if removed {
-        node.metrics.sockets_open.fetch_sub(1, Ordering::Relaxed);
+        stub.metrics.sockets_open.dec();
         let _ = forward(stub, Job::SocketClose { id, code, reason }).await;
     }
     // Drain writes queued before the close (e.g. the 1012 of a shutdown).
@@ -277,7 +276,7 @@ async fn await_close_reply<S>(node: &Node, ws: &mut WebSocketStream<S>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    node.metrics.sockets_closing.fetch_add(1, Ordering::Relaxed);
+    node.metrics.sockets_closing.inc();
     let reply = async {
         while let Some(Ok(message)) = ws.next().await {
             if matches!(message, tungstenite::Message::Close(_)) {
@@ -291,7 +290,7 @@ where
     {
         tracing::debug!("a client did not answer the close frame in time");
     }
-    node.metrics.sockets_closing.fetch_sub(1, Ordering::Relaxed);
+    node.metrics.sockets_closing.dec();
 }
 
 /// Sends a socket event to the actor, waiting for room (back-pressure on

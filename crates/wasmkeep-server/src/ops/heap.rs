@@ -18,8 +18,7 @@ pub struct HeapTrim {
 impl HeapTrim {
     /// Trims when actors were unloaded or hibernated since the last call.
     pub fn after_unloads(&self, metrics: &Metrics) {
-        let now = metrics.instance_unloads.load(Ordering::Relaxed)
-            + metrics.hibernations.load(Ordering::Relaxed);
+        let now = metrics.unloads_and_hibernations();
         if self.seen.swap(now, Ordering::Relaxed) != now {
             release_free_memory();
         }

@@ -13,7 +13,6 @@
 //! lands late (a paused node, a slow bucket) never takes a later request of
 //! the same actor with it.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use wasmkeep_bucket::ObjectMeta;
@@ -216,7 +215,7 @@ impl ReplaceOrder for DeleteKey {
         // Before the release: a pass that lists the key from now on finds
         // the actor still held here, and leaves it be. Only this key goes:
         // a later request stands.
-        node.metrics.actors_deleted.fetch_add(1, Ordering::Relaxed);
+        node.metrics.actors_deleted.inc();
         tracing::info!(%actor, "actor deleted");
         if let Err(e) = node.bucket.delete(&self.key).await {
             tracing::warn!(%actor, error = %e, "removing the delete key failed; the next pass deletes the actor again");

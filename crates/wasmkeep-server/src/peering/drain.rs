@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -128,7 +127,7 @@ fn step(node: &Arc<Node>) {
         }
         status.state = DrainState::None;
         status.blocked = None;
-        node.metrics.drain_blocked.store(0, Ordering::Relaxed);
+        node.metrics.drain_blocked.set(0);
         return;
     }
     match status.state {
@@ -149,11 +148,11 @@ fn step(node: &Arc<Node>) {
                     tracing::warn!(%reason, "drain asked but not started: this node keeps serving (logged at most every 10 s)");
                 }
                 status.blocked = Some(reason);
-                node.metrics.drain_blocked.store(1, Ordering::Relaxed);
+                node.metrics.drain_blocked.set(1);
             }
             None => {
                 status.blocked = None;
-                node.metrics.drain_blocked.store(0, Ordering::Relaxed);
+                node.metrics.drain_blocked.set(0);
                 status.state = DrainState::Draining;
                 tracing::info!(resident, "draining: handing every resident actor over");
                 if !status.task_running {

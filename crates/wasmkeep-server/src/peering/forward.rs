@@ -3,7 +3,6 @@
 //! alarm hand-offs (ADR 0005). Never writes the node lease.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -203,13 +202,13 @@ pub fn judge(
             }
         }
         Verdict::Skewed { from, skew_ms } => {
-            node.metrics.signed_skewed.fetch_add(1, Ordering::Relaxed);
+            node.metrics.signed_skewed.inc();
             log_skewed(&from, skew_ms);
             return Err(skew_error(&from, skew_ms));
         }
         Verdict::Unsigned => Markers::default(),
         Verdict::Refused(reason) => {
-            node.metrics.signed_refused.fetch_add(1, Ordering::Relaxed);
+            node.metrics.signed_refused.inc();
             log_refused(reason);
             Markers::default()
         }
@@ -339,7 +338,7 @@ pub async fn forward_request(
     hop: Hop,
 ) -> Result<Routed> {
     if let Hop::Forwarded { from } = &hop {
-        node.metrics.forward_loops.fetch_add(1, Ordering::Relaxed);
+        node.metrics.forward_loops.inc();
         tracing::info!(%actor, %peer, %from, "a forwarded request found the actor elsewhere again; 503 naming the holder instead of a second hop");
         return Err(Error::Moved {
             actor: actor.to_string(),
@@ -380,9 +379,7 @@ pub async fn forward_request(
                 return Err(failed);
             }
             // It may have run there, and its record may be durable.
-            node.metrics
-                .outcomes_unknown
-                .fetch_add(1, Ordering::Relaxed);
+            node.metrics.outcomes_unknown.inc();
             return Err(Error::OutcomeUnknown(format!(
                 "node {peer}, which holds actor {actor}, may have run the request and did not answer: {}",
                 e.reason
@@ -400,10 +397,8 @@ pub async fn forward_request(
         }
     }
     let body = reply.body;
-    node.metrics
-        .forwarded_requests
-        .fetch_add(1, Ordering::Relaxed);
-    node.metrics.forward_latency.observe(started.elapsed());
+    node.metrics.forwarded_requests.inc();
+    crate::ops::metrics::observe(&node.metrics.forward_latency, started.elapsed());
     Ok(Routed {
         response: Response {
             status,
@@ -416,9 +411,7 @@ pub async fn forward_request(
 
 /// A failed call to a peer: suspect it, forget the hint, answer 503.
 pub(crate) fn peer_failed(node: &Node, actor: &ActorId, peer: &NodeId, reason: &str) -> Error {
-    node.metrics
-        .forward_failures
-        .fetch_add(1, Ordering::Relaxed);
+    node.metrics.forward_failures.inc();
     tracing::warn!(%actor, %peer, reason, "call to a peer failed; it is suspect for a while");
     node.peering.peers.mark_suspect(peer);
     node.forget_hints(actor);
@@ -462,7 +455,7 @@ pub async fn hand_off_alarm(
     const HAND_OFF_ANSWER_BYTES_MAX: usize = 4096;
     match client.send(&url, call, HAND_OFF_ANSWER_BYTES_MAX).await {
         Ok(reply) if (200..300).contains(&reply.status) => {
-            node.metrics.alarm_hand_offs.fetch_add(1, Ordering::Relaxed);
+            node.metrics.alarm_hand_offs.inc();
             tracing::debug!(%actor, %peer, scheduled_ms = fire.scheduled_ms, retry_count = fire.retry_count, "alarm handed off");
             Ok(())
         }

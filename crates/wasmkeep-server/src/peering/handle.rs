@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -364,18 +363,16 @@ impl Leftovers {
     pub(crate) fn add(&self, metrics: &Metrics, actor: &ActorId) {
         let mut actors = self.actors.lock();
         actors.insert(actor.clone());
-        metrics.leftover_holds.store(
-            i64::try_from(actors.len()).unwrap_or(i64::MAX),
-            Ordering::Relaxed,
-        );
+        metrics
+            .leftover_holds
+            .set(i64::try_from(actors.len()).unwrap_or(i64::MAX));
     }
 
     pub(super) fn remove(&self, metrics: &Metrics, actor: &ActorId) {
         let mut actors = self.actors.lock();
         actors.remove(actor);
-        metrics.leftover_holds.store(
-            i64::try_from(actors.len()).unwrap_or(i64::MAX),
-            Ordering::Relaxed,
-        );
+        metrics
+            .leftover_holds
+            .set(i64::try_from(actors.len()).unwrap_or(i64::MAX));
     }
 }

@@ -4,7 +4,6 @@
 //! moves and deletes). Never carries a client request.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::node::Node;
@@ -93,7 +92,7 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
             Err(_) => {
-                node.metrics.lease_failures.fetch_add(1, Ordering::Relaxed);
+                node.metrics.lease_failures.inc();
                 tracing::warn!(timeout = ?bucket_time_max, "lease renewal timed out");
             }
         }
@@ -117,7 +116,7 @@ pub async fn heartbeat_loop(node: Arc<Node>) {
                     .count();
                 node.metrics
                     .peers_live
-                    .store(i64::try_from(live).unwrap_or(i64::MAX), Ordering::Relaxed);
+                    .set(i64::try_from(live).unwrap_or(i64::MAX));
             }
             Err(e) => tracing::warn!(error = %e, "peer refresh failed"),
         }

@@ -2,8 +2,6 @@
 //! record, claimed at start (the node id, ADR 0054), renewed once per
 //! period by the heartbeat part, resigned at shutdown. Runs no pass.
 
-use std::sync::atomic::Ordering;
-
 use tokio::time::Instant;
 use wasmkeep_types::heartbeat::{CAPABILITY_TAKE, ClassesServed, Heartbeat};
 
@@ -39,8 +37,8 @@ fn heartbeat(node: &Node) -> Heartbeat {
     }
 }
 
-fn count(gauge: &std::sync::atomic::AtomicI64) -> u64 {
-    u64::try_from(gauge.load(Ordering::Relaxed)).unwrap_or(0)
+fn count(gauge: &prometheus_client::metrics::gauge::Gauge) -> u64 {
+    u64::try_from(gauge.get()).unwrap_or(0)
 }
 
 /// Renews the node lease once (writes the heartbeat).
@@ -71,11 +69,11 @@ pub async fn claim(node: &Node) -> Result<()> {
 fn counted(node: &Node, written: std::result::Result<(), wasmkeep_cluster::Error>) -> Result<()> {
     match written {
         Ok(()) => {
-            node.metrics.lease_renewals.fetch_add(1, Ordering::Relaxed);
+            node.metrics.lease_renewals.inc();
             Ok(())
         }
         Err(e) => {
-            node.metrics.lease_failures.fetch_add(1, Ordering::Relaxed);
+            node.metrics.lease_failures.inc();
             Err(e.into())
         }
     }

@@ -11,7 +11,6 @@
 //! - [`receive_take`]: the take job at the target, answering the take call.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -102,7 +101,7 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
         }
     }
     node.peering.moves.state.lock().free_last_pass = free;
-    node.metrics.moves_waiting.store(waiting, Ordering::Relaxed);
+    node.metrics.moves_waiting.set(waiting);
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -287,18 +286,18 @@ async fn run_move(node: &Arc<Node>, stub: &Arc<Stub>, key: &MoveKey, url: &str) 
     let actor = &key.actor;
     let started = Instant::now();
     let token = node.peering.moves.begin(actor, &key.target);
-    node.metrics.moves_started.fetch_add(1, Ordering::Relaxed);
+    node.metrics.moves_started.inc();
     tracing::info!(%actor, target = %key.target, "moving the actor");
     match tokio::time::timeout(MOVE_DEADLINE, attempt(node, stub, key, url, token, started)).await {
         Ok(Attempt::Done) => {
             tracing::info!(%actor, target = %key.target, elapsed = ?started.elapsed(), "moved");
         }
         Ok(Attempt::Later(why)) => {
-            node.metrics.moves_retried.fetch_add(1, Ordering::Relaxed);
+            node.metrics.moves_retried.inc();
             tracing::warn!(%actor, target = %key.target, reason = %why, "move not done; tried again at a later pass");
         }
         Err(_) => {
-            node.metrics.moves_retried.fetch_add(1, Ordering::Relaxed);
+            node.metrics.moves_retried.inc();
             tracing::warn!(%actor, target = %key.target, "move had no outcome within 30 s; given up for this pass");
             // The stub hibernates: its next event claims the actor as usual.
             if node.residents.is_live(stub) {
@@ -395,8 +394,8 @@ async fn attempt(
 /// A successful take: the alarm registration this node kept for the actor
 /// goes (only that one), the key is deleted, events go to the target.
 async fn finish(node: &Node, key: &MoveKey, alarm: Option<i64>, started: Instant) -> Attempt {
-    node.metrics.moves_done.fetch_add(1, Ordering::Relaxed);
-    node.metrics.move_latency.observe(started.elapsed());
+    node.metrics.moves_done.inc();
+    crate::ops::metrics::observe(&node.metrics.move_latency, started.elapsed());
     if let Some(at_ms) = alarm {
         node.timer.clear_if(&key.actor, at_ms);
     }
@@ -475,7 +474,7 @@ async fn take_here(node: &Arc<Node>, key: &MoveKey) {
     match answer.status {
         200 => {
             tracing::info!(%actor, "took an actor nobody held (move key)");
-            node.metrics.moves_done.fetch_add(1, Ordering::Relaxed);
+            node.metrics.moves_done.inc();
             delete_key(node, &key.key).await;
         }
         404 => {

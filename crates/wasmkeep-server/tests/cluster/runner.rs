@@ -535,21 +535,15 @@ impl Cluster {
         self.wait_ready(i).await
     }
 
-    /// The value of a Prometheus sample of node `i`, if present.
+    /// The value of a series of node `i` (summed over its label sets), if present.
     pub async fn metric(&self, i: usize, name: &str) -> anyhow::Result<Option<f64>> {
         let r = self.http.get(&self.url(i, "/_wasmkeep/metrics")).await?;
         if r.status != 200 {
             bail!("metrics of node {i}: status {}", r.status);
         }
-        Ok(r.text().lines().find_map(|line| {
-            let rest = line.strip_prefix(name)?;
-            // `name value` or `name{labels} value`
-            let value = rest.strip_prefix(' ').or_else(|| {
-                rest.strip_prefix('{')
-                    .and_then(|r| r.split_once("} ").map(|(_, v)| v))
-            })?;
-            value.trim().parse().ok()
-        }))
+        // Summed over its label sets: a series labelled by tenant and
+        // class gives the node's value.
+        Ok(wasmkeep_server::ops::metrics::sum(&r.text(), name))
     }
 
     /// Sends until not 503 (or the deadline), to node `i`.

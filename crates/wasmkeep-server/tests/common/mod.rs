@@ -313,11 +313,16 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The value of the metric `name` (without labels) in a metrics page.
+/// The value of the series `name` in a metrics page, summed over its
+/// label sets (a series labelled by tenant and class: the node's value).
 pub fn metric_in(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    wasmkeep_server::ops::metrics::sum(text, name)
         .unwrap_or_else(|| panic!("metric {name} missing"))
+}
+
+/// The sample of `name` with exactly these labels in a metrics page.
+pub fn metric_labelled(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    wasmkeep_server::ops::metrics::labelled(text, name, labels)
 }
 
 /// The value of the bundled counter `/demo/counter/<actor>` (must answer 200).
