@@ -131,7 +131,7 @@ proptest! {
         file.extend_from_slice(&added);
         accepted_or_refused(&file, 1 << 30, request.as_deref())?;
         // The same with the header's page count made to agree.
-        if file.len() % PAGE_BYTES == 0 {
+        if file.len().is_multiple_of(PAGE_BYTES) {
             let pages = u32::try_from(file.len() / PAGE_BYTES).expect("small");
             file[28..32].copy_from_slice(&pages.to_be_bytes());
             accepted_or_refused(&file, 1 << 30, request.as_deref())?;
