@@ -373,7 +373,7 @@ impl Node {
                 "call cycle: {target} is already waiting on {caller}"
             )))
         } else {
-            let span = if crate::ops::telemetry::on() {
+            let span = if crate::ops::telemetry::current_sampled() {
                 tracing::info_span!(target: "wasmkeep::trace", "call", otel.kind = "client", wasmkeep.target = %target)
             } else {
                 tracing::Span::none()

@@ -302,6 +302,7 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
     // A request's event has a span (traces on), a child of its request's
     // or call's; its commit's span is a child of it.
     let mut event_span = tracing::Span::none();
+    let mut sampled = false;
     let (outcome, reply, started): (Result<Option<Response>, Error>, Option<Reply>, Instant) =
         match job {
             Job::Request {
@@ -311,9 +312,14 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 span,
                 ..
             } => {
-                if !span.is_none() {
-                    event_span = tracing::info_span!(target: "wasmkeep::trace", parent: &span, "event", wasmkeep.actor = %stub.id);
-                }
+                // Unsampled, the request's own span is entered instead:
+                // the event's log lines still carry its trace id.
+                sampled = crate::ops::telemetry::sampled(&span);
+                event_span = if sampled {
+                    tracing::info_span!(target: "wasmkeep::trace", parent: &span, "event", wasmkeep.actor = %stub.id)
+                } else {
+                    span
+                };
                 let result = instance
                     .handle(request)
                     .instrument(event_span.clone())
@@ -393,10 +399,10 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
         };
     match outcome {
         Ok(response) => {
-            let span = if event_span.is_none() {
-                event_span
-            } else {
+            let span = if sampled {
                 tracing::info_span!(target: "wasmkeep::trace", parent: &event_span, "commit")
+            } else {
+                tracing::Span::none()
             };
             commit(
                 node,

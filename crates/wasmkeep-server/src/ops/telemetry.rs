@@ -251,9 +251,23 @@ pub fn request_span(
     span
 }
 
-/// Records a request's answer on its span (an error status for a 5xx).
+/// Whether `span` is recorded and exported (its trace was sampled). An
+/// unsampled request gets no child spans: its own span only carries its
+/// trace id to the log and to the peers (ADR 0072).
+pub fn sampled(span: &Span) -> bool {
+    !span.is_none() && span.context().span().span_context().is_sampled()
+}
+
+/// Whether the current span is sampled (see [`sampled`]): a child span is
+/// worth making. False while traces are off.
+pub fn current_sampled() -> bool {
+    on() && sampled(&Span::current())
+}
+
+/// Records a request's answer on its span (an error status for a 5xx),
+/// when the span is exported.
 pub fn record_status(span: &Span, status: u16) {
-    if span.is_none() {
+    if !sampled(span) {
         return;
     }
     span.record("http.response.status_code", status);

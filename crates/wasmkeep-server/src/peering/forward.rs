@@ -366,7 +366,7 @@ pub async fn forward_request(
     let limit = node.config.limits.forward_response_bytes_max;
     // The peer's request span is a child of this one (the transport sends
     // the current span as `traceparent`).
-    let span = if crate::ops::telemetry::on() {
+    let span = if crate::ops::telemetry::current_sampled() {
         tracing::info_span!(target: "wasmkeep::trace", "forward", otel.kind = "client", wasmkeep.peer = %peer)
     } else {
         tracing::Span::none()

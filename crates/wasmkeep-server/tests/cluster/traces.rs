@@ -354,6 +354,34 @@ async fn traces(c: &mut Cluster, receiver: &mut Receiver) -> anyhow::Result<()> 
         hop.name == "forward" && hop.parent_span_id == call.span_id,
         "the callee's request is not a child of the call's forward: {spans:#?}"
     );
+    // A client's unsampled trace: nothing exported, but the holder's log
+    // lines (through the forward) still carry its trace id.
+    let unsampled = "11111111111111111111111111111111";
+    let path = format!("/t/sink/{held}/log");
+    let r = c
+        .http
+        .send(
+            "POST",
+            &c.url(0, &path),
+            &[(
+                "traceparent".to_owned(),
+                format!("00-{unsampled}-2222222222222222-00"),
+            )],
+            Bytes::new(),
+        )
+        .await?;
+    ensure!(
+        r.status == 200 && r.node() == Some(b.as_str()),
+        "POST {path} via node {a}: {} from {:?}",
+        r.status,
+        r.node()
+    );
+    let log = c.node_log(1);
+    ensure!(
+        log.lines().any(|line| line.contains("at info")
+            && line.contains(&format!("trace_id={unsampled}"))),
+        "node {b}'s log has no guest line with the unsampled trace_id={unsampled}:\n{log}"
+    );
     // An alarm's delivery is a trace of its own, on the holder.
     let path = format!("/t/sink/{held}/alarm/set?at=1");
     let r = c.http.post(&c.url(1, &path)).await?;
@@ -365,6 +393,12 @@ async fn traces(c: &mut Cluster, receiver: &mut Receiver) -> anyhow::Result<()> 
                 .any(|s| s.name == "alarm" && s.attributes.get("wasmkeep.actor") == Some(&actor))
         })
         .await?;
+    // Exported after the unsampled request: had its spans been exported,
+    // they would be here by now.
+    ensure!(
+        receiver.seen.iter().all(|s| s.trace_id != unsampled),
+        "spans of an unsampled trace were exported"
+    );
     let log = c.node_log(1);
     ensure!(
         log.lines()
