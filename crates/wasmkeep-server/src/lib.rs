@@ -12,6 +12,8 @@
 //! - [`peering`]: the heartbeat, signed node calls and forwarding, the
 //!   drain, moves, deletes, leftovers, the node id claim, the peer transport.
 //! - [`ops`]: the command line, admin, metrics, counters, descriptors.
+//! - [`direct`]: operations on one actor for a test harness (run its alarm
+//!   now, hibernate it, an operator's statement), through its mailbox.
 //!
 //! Invariants: an actor's events never overlap (only its mailbox task touches
 //! its instance and store); a response or socket write leaves the node only
@@ -20,6 +22,7 @@
 
 pub mod actor;
 pub mod config;
+pub mod direct;
 pub mod error;
 pub mod front;
 mod lifecycle;
@@ -31,5 +34,6 @@ pub mod routing;
 pub mod wait_cell;
 
 pub use config::{Console, Limits, NodeConfig};
+pub use direct::AlarmRun;
 pub use error::{Error, Result};
 pub use node::{Node, Owner, Platform};

@@ -197,6 +197,26 @@ impl AlarmTimer {
         }
     }
 
+    /// The actors with a delivery due by `now_ms` or in flight, in time
+    /// order (nothing is taken: the timer still delivers them).
+    pub fn due_by(&self, now_ms: i64) -> Vec<ActorId> {
+        let state = self.state.lock();
+        let mut actors: Vec<ActorId> = state
+            .due
+            .keys()
+            .take_while(|(due, _)| *due <= now_ms)
+            .map(|(_, actor)| actor.clone())
+            .collect();
+        let mut in_flight: Vec<ActorId> = state.in_flight.keys().cloned().collect();
+        in_flight.sort_unstable();
+        actors.extend(
+            in_flight
+                .into_iter()
+                .filter(|a| !state.by_actor.contains_key(a)),
+        );
+        actors
+    }
+
     pub fn len(&self) -> usize {
         self.state.lock().by_actor.len()
     }

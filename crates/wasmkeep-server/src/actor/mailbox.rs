@@ -244,7 +244,7 @@ fn fail_job(node: &Arc<Node>, job: Job, error: &Error) {
             };
             let _ = reply.send(Err(e));
         }
-        Job::Sql { reply, .. } => {
+        Job::Sql { reply, .. } | Job::AlarmNow { reply, .. } => {
             let _ = reply.send(Err(Error::unavailable(error.to_string())));
         }
         // An alarm that could not run here is delivered again (here or
@@ -381,9 +381,45 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 } else {
                     tracing::Span::none()
                 };
-                Box::pin(run_alarm(node, stub, active, fire, alarm_before))
+                Box::pin(run_alarm(node, stub, active, fire, alarm_before, None))
                     .instrument(span)
                     .await;
+                return;
+            }
+            Job::AlarmNow { due_by_ms, reply } => {
+                let due = alarm_before.filter(|at| due_by_ms.is_none_or(|by| *at <= by));
+                let Some(scheduled_ms) = due else {
+                    host(instance).store.rollback_event();
+                    let answer = if alarm_before.is_some() {
+                        "not-due"
+                    } else {
+                        "none"
+                    };
+                    let _ = reply.send(Ok(alarm_answer(answer)));
+                    return;
+                };
+                // A retry under way is run now as that retry; the timer's
+                // entry is spent by this run (what the handler sets, or its
+                // retry, is scheduled afresh).
+                let retry_count = node
+                    .timer
+                    .retry_pending(&stub.id, scheduled_ms)
+                    .map_or(0, |(pending, _)| pending);
+                node.timer.clear_if(&stub.id, scheduled_ms);
+                let fire = Fire {
+                    actor: stub.id.clone(),
+                    scheduled_ms,
+                    retry_count,
+                };
+                Box::pin(run_alarm(
+                    node,
+                    stub,
+                    active,
+                    fire,
+                    alarm_before,
+                    Some(reply),
+                ))
+                .await;
                 return;
             }
             Job::Hibernate | Job::Drain | Job::Replace(_) => {
@@ -532,6 +568,7 @@ async fn run_alarm(
     active: &mut Active,
     fire: Fire,
     committed: Option<i64>,
+    reply: Option<Reply>,
 ) {
     let actor = &stub.id;
     let instance = &mut active.instance;
@@ -541,6 +578,9 @@ async fn run_alarm(
         // Changed or cleared since the timer was armed: nothing to fire.
         host(instance).store.rollback_event();
         node.timer.follow(actor, committed);
+        if let Some(reply) = reply {
+            let _ = reply.send(Ok(alarm_answer("none")));
+        }
         return;
     }
     if node
@@ -554,6 +594,9 @@ async fn run_alarm(
         // the retries over, and a handler that always fails would never be
         // given up.
         host(instance).store.rollback_event();
+        if let Some(reply) = reply {
+            let _ = reply.send(Ok(alarm_answer("not-due")));
+        }
         return;
     }
     stub.metrics.alarms_fired.inc();
@@ -591,13 +634,16 @@ async fn run_alarm(
                 stub,
                 active,
                 None,
-                None,
+                reply.map(|reply| (reply, alarm_answer("ran"))),
                 started,
                 tracing::Span::none(),
             )
             .await;
         }
         Err(message) => {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(Error::Guest(format!("the alarm failed: {message}"))));
+            }
             let h = host(instance);
             h.store.rollback_event();
             h.outbox.clear();
@@ -641,6 +687,15 @@ async fn run_alarm(
                 }
             }
         }
+    }
+}
+
+/// What [`Job::AlarmNow`] answers: a text body.
+fn alarm_answer(outcome: &str) -> Response {
+    Response {
+        status: 200,
+        headers: vec![("content-type".into(), "text/plain".into())],
+        body: outcome.as_bytes().to_vec(),
     }
 }
 

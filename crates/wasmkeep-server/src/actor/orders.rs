@@ -32,6 +32,16 @@ pub(crate) enum Job {
         span: tracing::Span,
     },
     Alarm(Fire),
+    /// Run the committed alarm now if it is due by `due_by_ms` (any
+    /// time when `None`), whatever the timer says (ADR 0073: a test
+    /// harness fires an actor's alarm, or those a moved clock made due).
+    /// The reply, once the alarm's writes are durable: a text body,
+    /// `ran`, `none` (no alarm set) or `not-due`; a failed handler is an
+    /// error (its retry is scheduled as for any delivery).
+    AlarmNow {
+        due_by_ms: Option<i64>,
+        reply: Reply,
+    },
     SocketMessage {
         id: u64,
         message: Message,

@@ -252,7 +252,7 @@ impl Residents {
     }
 
     /// Whether the actor has a stub here, live or being released.
-    pub(crate) fn has_stub(&self, actor: &ActorId) -> bool {
+    pub fn has_stub(&self, actor: &ActorId) -> bool {
         self.map.lock().contains_key(actor)
     }
 

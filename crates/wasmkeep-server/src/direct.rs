@@ -1,0 +1,151 @@
+//! Direct operations on one actor of this node, for a test harness
+//! (`wasmkeep-test`, ADR 0073): run its alarm now, run the alarms a moved
+//! clock made due, hibernate it, run an operator's statement in it. Each
+//! goes through the actor's mailbox as the node's own parts do (the
+//! timer, the LRU eviction, `actor sql --write`): nothing here changes
+//! what an event does, only when it is asked for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use wasmkeep_types::ActorId;
+
+use crate::actor::orders::Job;
+use crate::node::Node;
+use crate::{Error, Result};
+
+/// What running an actor's alarm now did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlarmRun {
+    /// The handler ran and its writes are durable.
+    Ran,
+    /// No alarm is set.
+    NotSet,
+    /// The alarm is set later than asked for.
+    NotDue,
+}
+
+/// How long a hibernation waits for the actor to leave before it asks
+/// again (a request queued behind the first ask keeps it resident).
+const HIBERNATE_ASK_PERIOD: Duration = Duration::from_secs(1);
+
+/// How many times a hibernation asks before it gives up.
+const HIBERNATE_ASKS_MAX: u32 = 30;
+
+impl Node {
+    /// Runs the actor's committed alarm now, whatever its time, activating
+    /// the actor if needed. A handler that fails is an error, and its
+    /// retry is scheduled as for any delivery.
+    pub async fn run_alarm_now(self: &Arc<Self>, actor: &ActorId) -> Result<AlarmRun> {
+        self.alarm_job(actor, None).await
+    }
+
+    /// Runs every alarm due by the node's clock now: the resident actors'
+    /// (the timer's) and those of actors nobody holds (the alarm index, as
+    /// the sweep reads it). Each actor's alarm runs in its mailbox; the
+    /// timer's own delivery of the same alarm, if it comes too, finds it
+    /// spent. Returns the actors whose alarm ran.
+    pub async fn run_due_alarms(self: &Arc<Self>) -> Result<Vec<ActorId>> {
+        self.sweep_alarms().await?;
+        let now_ms = self.clock.wall_ms();
+        let mut ran = Vec::new();
+        for actor in self.timer.due_by(now_ms) {
+            if self.alarm_job(&actor, Some(now_ms)).await? == AlarmRun::Ran {
+                ran.push(actor);
+            }
+        }
+        Ok(ran)
+    }
+
+    async fn alarm_job(
+        self: &Arc<Self>,
+        actor: &ActorId,
+        due_by_ms: Option<i64>,
+    ) -> Result<AlarmRun> {
+        let (reply, answer) = oneshot::channel();
+        self.send_event(actor, Job::AlarmNow { due_by_ms, reply })
+            .await?;
+        let response = answer.await.map_err(|_| {
+            Error::unavailable(format!("actor {actor} left before its alarm ran"))
+        })??;
+        match response.body.as_slice() {
+            b"ran" => Ok(AlarmRun::Ran),
+            b"none" => Ok(AlarmRun::NotSet),
+            b"not-due" => Ok(AlarmRun::NotDue),
+            other => Err(Error::Runtime(format!(
+                "an alarm run answered {:?}",
+                String::from_utf8_lossy(other)
+            ))),
+        }
+    }
+
+    /// Hibernates the actor as an idle one is (its instance and database
+    /// closed, its ownership record released, its stub dropped) and
+    /// returns once it left; its next event activates it again from the
+    /// bucket. `false`: it was not resident. An open socket keeps an
+    /// actor resident: refused.
+    pub async fn hibernate(&self, actor: &ActorId) -> Result<bool> {
+        let mut asks = 0;
+        loop {
+            let changed = self.residents.changed().notified();
+            tokio::pin!(changed);
+            // Registered before the look, so a departure in between wakes it.
+            changed.as_mut().enable();
+            if !self.residents.has_stub(actor) {
+                return Ok(asks > 0);
+            }
+            if let Some(stub) = self.residents.live_stub(actor) {
+                if stub.open_sockets() > 0 {
+                    return Err(Error::BadRequest(format!(
+                        "actor {actor} has an open socket: it stays resident until it closes"
+                    )));
+                }
+                if asks == HIBERNATE_ASKS_MAX {
+                    return Err(Error::unavailable(format!(
+                        "actor {actor} stayed busy: not hibernated"
+                    )));
+                }
+                asks += 1;
+                // A closed mailbox is leaving already.
+                let _ = stub.tx.send(Box::new(Job::Hibernate)).await;
+            }
+            // Woken by any departure; asked again when a queued event kept
+            // this actor (the mailbox leaves only when idle).
+            let _ = tokio::time::timeout(HIBERNATE_ASK_PERIOD, changed).await;
+        }
+    }
+
+    /// Runs an operator's statement as one event of the actor, activating
+    /// it here if needed (`wasmkeep actor sql --write`, ADR 0065 amended):
+    /// the statement's rows and the number of rows it changed, as JSON
+    /// (`{"columns": [...], "rows": [[...]], "changes": N}`), once durable.
+    pub async fn operator_sql(
+        self: &Arc<Self>,
+        actor: &ActorId,
+        statement: &str,
+    ) -> Result<serde_json::Value> {
+        if statement.trim().is_empty() || statement.len() > crate::peering::sql::STATEMENT_BYTES_MAX
+        {
+            return Err(Error::BadRequest(format!(
+                "the statement is empty or longer than {} bytes",
+                crate::peering::sql::STATEMENT_BYTES_MAX
+            )));
+        }
+        let (reply, answer) = oneshot::channel();
+        let job = Job::Sql {
+            // Each statement asked here is a new request (the id keys its
+            // recorded result).
+            request: format!("direct-{:016x}", rand::random::<u64>()),
+            statement: statement.to_owned(),
+            reply,
+            started: tokio::time::Instant::now(),
+        };
+        self.send_event(actor, job).await?;
+        let response = answer
+            .await
+            .map_err(|_| Error::unavailable(format!("actor {actor} left before it answered")))??;
+        serde_json::from_slice(&response.body)
+            .map_err(|e| Error::Runtime(format!("an operator's statement answered no JSON: {e}")))
+    }
+}
