@@ -95,6 +95,26 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
+    /// Runs a bucket step of a hand-over unless this node's lease runs out
+    /// first: then the step no longer matters (nothing can be acknowledged, and
+    /// another node may take the actor once the lease is over), and a bucket
+    /// that does not answer must not hold the actor past it.
+    pub(crate) async fn unless_lapsed<T>(&self, step: impl Future<Output = T>) -> Option<T> {
+        let lapsed = async {
+            // Renewals move the end while the step runs.
+            while let Some(until) = self.peering.lease.valid_until()
+                && self.clock.now() < until
+            {
+                tokio::time::sleep_until(until).await;
+            }
+        };
+        tokio::select! {
+            biased;
+            () = lapsed => None,
+            out = step => Some(out),
+        }
+    }
+
     /// Loads every class whose current version in the bucket differs from
     /// the one loaded here (see [`Classes::poll`]).
     pub async fn poll_classes(&self) -> Result<()> {

@@ -304,6 +304,15 @@ impl<F: Fn(Fire) + Send + 'static> crate::parts::Part for TimerPart<F> {
     }
 }
 
+/// What [`Job::AlarmNow`] answers: a text body.
+pub(crate) fn answer(outcome: &str) -> wasmkeep_runtime::Response {
+    wasmkeep_runtime::Response {
+        status: 200,
+        headers: vec![("content-type".into(), "text/plain".into())],
+        body: outcome.as_bytes().to_vec(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

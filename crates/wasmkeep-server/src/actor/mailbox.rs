@@ -390,12 +390,8 @@ async fn run_job(node: &Arc<Node>, stub: &Arc<Stub>, active: &mut Active, mut jo
                 let due = alarm_before.filter(|at| due_by_ms.is_none_or(|by| *at <= by));
                 let Some(scheduled_ms) = due else {
                     host(instance).store.rollback_event();
-                    let answer = if alarm_before.is_some() {
-                        "not-due"
-                    } else {
-                        "none"
-                    };
-                    let _ = reply.send(Ok(alarm_answer(answer)));
+                    let answer = alarm_before.map_or("none", |_| "not-due");
+                    let _ = reply.send(Ok(crate::actor::alarms::answer(answer)));
                     return;
                 };
                 // A retry under way is run now as that retry; the timer's
@@ -579,7 +575,7 @@ async fn run_alarm(
         host(instance).store.rollback_event();
         node.timer.follow(actor, committed);
         if let Some(reply) = reply {
-            let _ = reply.send(Ok(alarm_answer("none")));
+            let _ = reply.send(Ok(crate::actor::alarms::answer("none")));
         }
         return;
     }
@@ -595,7 +591,7 @@ async fn run_alarm(
         // given up.
         host(instance).store.rollback_event();
         if let Some(reply) = reply {
-            let _ = reply.send(Ok(alarm_answer("not-due")));
+            let _ = reply.send(Ok(crate::actor::alarms::answer("not-due")));
         }
         return;
     }
@@ -634,7 +630,7 @@ async fn run_alarm(
                 stub,
                 active,
                 None,
-                reply.map(|reply| (reply, alarm_answer("ran"))),
+                reply.map(|reply| (reply, crate::actor::alarms::answer("ran"))),
                 started,
                 tracing::Span::none(),
             )
@@ -687,35 +683,6 @@ async fn run_alarm(
                 }
             }
         }
-    }
-}
-
-/// What [`Job::AlarmNow`] answers: a text body.
-fn alarm_answer(outcome: &str) -> Response {
-    Response {
-        status: 200,
-        headers: vec![("content-type".into(), "text/plain".into())],
-        body: outcome.as_bytes().to_vec(),
-    }
-}
-
-/// Runs a bucket step of a hand-over unless this node's lease runs out
-/// first: then the step no longer matters (nothing can be acknowledged, and
-/// another node may take the actor once the lease is over), and a bucket
-/// that does not answer must not hold the actor past it.
-async fn unless_lapsed<T>(node: &Node, step: impl Future<Output = T>) -> Option<T> {
-    let lapsed = async {
-        // Renewals move the end while the step runs.
-        while let Some(until) = node.peering.lease.valid_until()
-            && node.clock.now() < until
-        {
-            tokio::time::sleep_until(until).await;
-        }
-    };
-    tokio::select! {
-        biased;
-        () = lapsed => None,
-        out = step => Some(out),
     }
 }
 
@@ -796,9 +763,10 @@ async fn hand_over(
     let mut settled = false;
     if replacing.is_some_and(|order| !order.reads_data()) {
         // Nothing of the store may write after its data is deleted.
-        unless_lapsed(node, host(&mut instance).store.close_in_place()).await;
+        node.unless_lapsed(host(&mut instance).store.close_in_place())
+            .await;
     } else if healthy {
-        match unless_lapsed(node, host(&mut instance).store.flush()).await {
+        match node.unless_lapsed(host(&mut instance).store.flush()).await {
             Some(Ok(())) => settled = true,
             Some(Err(e)) => {
                 tracing::warn!(actor = %stub.id, error = %e, "flush at hand-over failed");
@@ -816,7 +784,7 @@ async fn hand_over(
         && !stub.is_fenced()
         && (settled || !order.reads_data())
     {
-        match unless_lapsed(node, order.carry_out(&stub.id)).await {
+        match node.unless_lapsed(order.carry_out(&stub.id)).await {
             // The replacement fenced the log itself.
             Some(Ok(replaced)) => settled |= replaced,
             Some(Err(e)) => {
@@ -845,7 +813,9 @@ async fn hand_over(
         tracing::warn!(actor = %stub.id, "dropped without release: a log record of it may still land");
         None
     } else {
-        let release = unless_lapsed(node, release_hold(node, &stub.id, &hold)).await;
+        let release = node
+            .unless_lapsed(release_hold(node, &stub.id, &hold))
+            .await;
         if release.is_none() {
             tracing::warn!(actor = %stub.id, "{lapsed}");
         }
