@@ -125,12 +125,8 @@ impl Node {
         actor: &ActorId,
         statement: &str,
     ) -> Result<serde_json::Value> {
-        if statement.trim().is_empty() || statement.len() > crate::peering::sql::STATEMENT_BYTES_MAX
-        {
-            return Err(Error::BadRequest(format!(
-                "the statement is empty or longer than {} bytes",
-                crate::peering::sql::STATEMENT_BYTES_MAX
-            )));
+        if let Some(why) = crate::peering::sql::refused(statement) {
+            return Err(Error::BadRequest(why));
         }
         let (reply, answer) = oneshot::channel();
         let job = Job::Sql {

@@ -22,6 +22,13 @@ use crate::{Error, Result};
 /// Longest statement a request may carry.
 pub const STATEMENT_BYTES_MAX: usize = 64 * 1024;
 
+/// Why an operator's statement is refused before it runs (empty, or over
+/// [`STATEMENT_BYTES_MAX`]); `None` when it may run.
+pub(crate) fn refused(statement: &str) -> Option<String> {
+    (statement.trim().is_empty() || statement.len() > STATEMENT_BYTES_MAX)
+        .then(|| format!("the statement is empty or longer than {STATEMENT_BYTES_MAX} bytes"))
+}
+
 /// Whether this node runs the pass over the SQL keys now.
 pub(crate) fn wanted(node: &Node) -> bool {
     node.peering.lease.is_valid() && !node.is_shutting_down()
@@ -66,10 +73,7 @@ pub(crate) async fn check(node: &Arc<Node>, listed: Vec<ObjectMeta>) {
 async fn carry_out(node: &Arc<Node>, actor: &ActorId, request: &str, key: &str) -> Result<()> {
     let statement = match node.bucket.get(key).await {
         Ok(object) => match String::from_utf8(object.bytes.to_vec()) {
-            Ok(text) if text.len() <= STATEMENT_BYTES_MAX && !text.trim().is_empty() => Ok(text),
-            Ok(_) => Err(format!(
-                "the statement is empty or longer than {STATEMENT_BYTES_MAX} bytes"
-            )),
+            Ok(text) => refused(&text).map_or(Ok(text), Err),
             Err(_) => Err("the statement is not UTF-8".to_owned()),
         },
         // Carried out and removed since the listing.

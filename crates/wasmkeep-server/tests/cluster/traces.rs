@@ -196,6 +196,31 @@ fn find<'a>(spans: &'a [Span], name: &str, attr: Option<(&str, &str)>) -> Option
     })
 }
 
+/// `POST path` through node `via`, with a client's `traceparent`.
+async fn post_traced(
+    c: &Cluster,
+    via: usize,
+    path: &str,
+    traceparent: String,
+) -> anyhow::Result<crate::client::Resp> {
+    c.http
+        .send(
+            "POST",
+            &c.url(via, path),
+            &[("traceparent".to_owned(), traceparent)],
+            Bytes::new(),
+        )
+        .await
+}
+
+/// The request span (named `METHOD actor`) that node `node` exported.
+fn request_on<'a>(spans: &'a [Span], node: &str) -> Option<&'a Span> {
+    spans.iter().find(|s| {
+        s.name.ends_with("actor")
+            && s.attributes.get("wasmkeep.node").map(String::as_str) == Some(node)
+    })
+}
+
 pub async fn one_trace_covers_a_forwarded_request_and_a_call(tls: bool, bucket: BucketKind) {
     let receiver = match Receiver::start().await {
         Ok(r) => r,
@@ -241,15 +266,7 @@ async fn traces(c: &mut Cluster, receiver: &mut Receiver) -> anyhow::Result<()> 
     let client_span = "00f067aa0ba902b7";
     let traceparent = format!("00-{trace_id}-{client_span}-01");
     let path = format!("/t/sink/{held}/answer");
-    let r = c
-        .http
-        .send(
-            "POST",
-            &c.url(0, &path),
-            &[("traceparent".to_owned(), traceparent)],
-            Bytes::new(),
-        )
-        .await?;
+    let r = post_traced(c, 0, &path, traceparent).await?;
     ensure!(
         r.status == 200 && r.node() == Some(b.as_str()),
         "POST {path} via node {a}: {} from {:?}: {}",
@@ -264,9 +281,7 @@ async fn traces(c: &mut Cluster, receiver: &mut Receiver) -> anyhow::Result<()> 
                 && spans.iter().filter(|s| s.name.ends_with("actor")).count() >= 2
         })
         .await?;
-    let first = spans
-        .iter()
-        .find(|s| s.name.ends_with("actor") && s.attributes.get("wasmkeep.node") == Some(&a))
+    let first = request_on(&spans, &a)
         .with_context(|| format!("no request span from node {a}: {spans:#?}"))?;
     ensure!(
         first.parent_span_id == client_span,
@@ -278,9 +293,7 @@ async fn traces(c: &mut Cluster, receiver: &mut Receiver) -> anyhow::Result<()> 
         forward.parent_span_id == first.span_id,
         "the forward is not a child of node {a}'s request: {spans:#?}"
     );
-    let second = spans
-        .iter()
-        .find(|s| s.name.ends_with("actor") && s.attributes.get("wasmkeep.node") == Some(&b))
+    let second = request_on(&spans, &b)
         .with_context(|| format!("no request span from node {b}: {spans:#?}"))?;
     ensure!(
         second.parent_span_id == forward.span_id,
@@ -310,25 +323,12 @@ async fn traces(c: &mut Cluster, receiver: &mut Receiver) -> anyhow::Result<()> 
     let caller = held_by(c, 0, "sink", "caller").await?;
     let trace_id = "0af7651916cd43dd8448eb211c80319c";
     let path = format!("/t/sink/{caller}/call?class=sink&name={held}&path=/log");
-    let r = c
-        .http
-        .send(
-            "POST",
-            &c.url(0, &path),
-            &[(
-                "traceparent".to_owned(),
-                format!("00-{trace_id}-b7ad6b7169203331-01"),
-            )],
-            Bytes::new(),
-        )
-        .await?;
+    let r = post_traced(c, 0, &path, format!("00-{trace_id}-b7ad6b7169203331-01")).await?;
     ensure!(r.status < 500, "POST {path}: {} {}", r.status, r.text());
     let spans = receiver
         .wait_for(trace_id, "the call's spans", |spans| {
             find(spans, "call", None).is_some()
-                && spans.iter().any(|s| {
-                    s.name.ends_with("actor") && s.attributes.get("wasmkeep.node") == Some(&b)
-                })
+                && request_on(spans, &b).is_some()
                 && spans.iter().filter(|s| s.name == "event").count() >= 2
         })
         .await?;
@@ -342,10 +342,7 @@ async fn traces(c: &mut Cluster, receiver: &mut Receiver) -> anyhow::Result<()> 
         "the call's parent is {:?}, not the caller's event",
         caller_event.name
     );
-    let callee_request = spans
-        .iter()
-        .find(|s| s.name.ends_with("actor") && s.attributes.get("wasmkeep.node") == Some(&b))
-        .context("no request span on the callee's node")?;
+    let callee_request = request_on(&spans, &b).context("no request span on the callee's node")?;
     let hop = spans
         .iter()
         .find(|s| s.span_id == callee_request.parent_span_id)
@@ -358,18 +355,7 @@ async fn traces(c: &mut Cluster, receiver: &mut Receiver) -> anyhow::Result<()> 
     // lines (through the forward) still carry its trace id.
     let unsampled = "11111111111111111111111111111111";
     let path = format!("/t/sink/{held}/log");
-    let r = c
-        .http
-        .send(
-            "POST",
-            &c.url(0, &path),
-            &[(
-                "traceparent".to_owned(),
-                format!("00-{unsampled}-2222222222222222-00"),
-            )],
-            Bytes::new(),
-        )
-        .await?;
+    let r = post_traced(c, 0, &path, format!("00-{unsampled}-2222222222222222-00")).await?;
     ensure!(
         r.status == 200 && r.node() == Some(b.as_str()),
         "POST {path} via node {a}: {} from {:?}",

@@ -164,11 +164,8 @@ pub(super) async fn actor_sql_write(
 ) -> anyhow::Result<()> {
     let timeout = parse_duration(timeout).context("--timeout")?;
     let actor = parse_actor(actor)?;
-    if statement.trim().is_empty() || statement.len() > crate::peering::sql::STATEMENT_BYTES_MAX {
-        bail!(
-            "the statement is empty or longer than {} bytes",
-            crate::peering::sql::STATEMENT_BYTES_MAX
-        );
+    if let Some(why) = crate::peering::sql::refused(statement) {
+        bail!("{why}");
     }
     let (bucket, keys, _) = open_view(&view).await?;
     let result = ask(
