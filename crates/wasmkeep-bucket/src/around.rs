@@ -247,6 +247,11 @@ impl<W: Around> Hints for W {
         let call = hinted::list_keys(self.inner(), prefix);
         self.around(Request::ListKeys { prefix }, call).await
     }
+
+    async fn list_keys_after(&self, prefix: &str, start_after: &str) -> Result<Vec<Listed>> {
+        let call = hinted::list_keys_after(self.inner(), prefix, start_after);
+        self.around(Request::ListKeys { prefix }, call).await
+    }
 }
 
 #[cfg(test)]

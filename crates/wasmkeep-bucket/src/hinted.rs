@@ -18,7 +18,9 @@
 //!   (ADR 0042);
 //! - [`short_lived_objects_are_cheap`]: whether an object deleted soon after
 //!   its write costs next to nothing (ADR 0034);
-//! - [`list_keys`]: keys and sizes without etags or times.
+//! - [`list_keys`]: keys and sizes without etags or times;
+//! - [`list_keys_after`]: the same from a key on (ADR 0076: the log after
+//!   an actor's newest snapshot, not every record its retention keeps).
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -82,6 +84,12 @@ pub trait Hints: Bucket {
     async fn list_keys(&self, prefix: &str) -> Result<Vec<Listed>> {
         list_all(self, prefix).await
     }
+
+    /// [`Hints::list_keys`] of the keys after `start_after` only (in byte
+    /// order), as [`Bucket::list_page`] pages from it.
+    async fn list_keys_after(&self, prefix: &str, start_after: &str) -> Result<Vec<Listed>> {
+        list_all_after(self, prefix, start_after).await
+    }
 }
 
 /// [`Hints::put_if_absent_unhurried`] where `bucket` offers it, else
@@ -136,6 +144,19 @@ pub async fn list_keys<B: Bucket + ?Sized>(bucket: &B, prefix: &str) -> Result<V
     }
 }
 
+/// [`Hints::list_keys_after`] where `bucket` offers it, else the pages of
+/// [`Bucket::list_page`] from `start_after`.
+pub async fn list_keys_after<B: Bucket + ?Sized>(
+    bucket: &B,
+    prefix: &str,
+    start_after: &str,
+) -> Result<Vec<Listed>> {
+    match bucket.hints() {
+        Some(hints) => hints.list_keys_after(prefix, start_after).await,
+        None => list_all_after(bucket, prefix, start_after).await,
+    }
+}
+
 /// The bulk delete with the core operations: every key checked first, then
 /// [`DELETES_IN_FLIGHT_MAX`] deletes at a time, a missing key not an error.
 async fn delete_each<B: Bucket + ?Sized>(bucket: &B, keys: &[String]) -> Result<()> {
@@ -159,6 +180,31 @@ async fn delete_each<B: Bucket + ?Sized>(bucket: &B, keys: &[String]) -> Result<
         deleted?;
     }
     Ok(())
+}
+
+/// Keys and sizes after `start_after` with the core operations: the pages
+/// of [`Bucket::list_page`] from it.
+async fn list_all_after<B: Bucket + ?Sized>(
+    bucket: &B,
+    prefix: &str,
+    start_after: &str,
+) -> Result<Vec<Listed>> {
+    let mut all = Vec::new();
+    let mut after = start_after.to_owned();
+    loop {
+        let page = bucket.list_page(prefix, Some(&after)).await?;
+        all.extend(page.objects.into_iter().map(|meta| Listed {
+            key: meta.key,
+            size: meta.size,
+        }));
+        match page.next {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    // Sorted as `Bucket::list` sorts (an S3 server's pages may differ).
+    all.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(all)
 }
 
 /// Keys and sizes with the core operations: [`Bucket::list`].

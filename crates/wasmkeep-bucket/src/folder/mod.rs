@@ -653,9 +653,20 @@ impl Hints for FolderBucket {
     /// used to read and hash every record it then deleted, and the `fstat`
     /// of each made the next journal append write its inode as well.
     async fn list_keys(&self, prefix: &str) -> Result<Vec<Listed>> {
+        self.list_keys_from(prefix, None).await
+    }
+
+    async fn list_keys_after(&self, prefix: &str, start_after: &str) -> Result<Vec<Listed>> {
+        self.list_keys_from(prefix, Some(start_after.to_owned()))
+            .await
+    }
+}
+
+impl FolderBucket {
+    /// [`Hints::list_keys`] from after `after` (from the start: `None`).
+    async fn list_keys_from(&self, prefix: &str, mut after: Option<String>) -> Result<Vec<Listed>> {
         validate_prefix(prefix)?;
         let mut all = Vec::new();
-        let mut after: Option<String> = None;
         loop {
             let owned = prefix.to_owned();
             let from = after.take();
