@@ -29,7 +29,8 @@ use crate::{Error, Result, StoreConfig, WriterId};
 const FENCE_ATTEMPTS_MAX: u32 = 8;
 
 /// Empties `actor`'s database in the bucket so that no former writer can
-/// add to it: [`replace`] with [`Image::empty`].
+/// add to it: [`replace`] with [`Image::empty`], except that what was
+/// before goes whatever the retention window: a delete is for good.
 pub async fn erase(
     bucket: &dyn Bucket,
     keys: &Keys,
@@ -37,13 +38,19 @@ pub async fn erase(
     writer: &WriterId,
     config: &StoreConfig,
 ) -> Result<u64> {
-    replace(bucket, keys, actor, writer, config, &Image::empty()).await
+    let fence = put_in_place(bucket, keys, actor, writer, config, &Image::empty()).await?;
+    delete_before(bucket, keys, actor, fence).await?;
+    Ok(fence)
 }
 
 /// Puts `image` in place of `actor`'s database in the bucket so that no
 /// former writer can add to it (see the module). The caller holds the
 /// actor's ownership record and has no store of it open. Returns the
 /// fence's sequence number, the first of the new database's log.
+///
+/// With a retention window (ADR 0076) the database it replaced stays in
+/// the log, restorable, until compaction ages it out: a restore is undone
+/// by another. Without one, what is before the fence is deleted.
 pub async fn replace(
     bucket: &dyn Bucket,
     keys: &Keys,
@@ -52,14 +59,32 @@ pub async fn replace(
     config: &StoreConfig,
     image: &Image,
 ) -> Result<u64> {
+    let fence = put_in_place(bucket, keys, actor, writer, config, image).await?;
+    if config.retention.is_zero() {
+        delete_before(bucket, keys, actor, fence).await?;
+    }
+    Ok(fence)
+}
+
+/// Writes the fence record and the snapshot of `image` at the next free
+/// number; returns that number.
+async fn put_in_place(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    actor: &ActorId,
+    writer: &WriterId,
+    config: &StoreConfig,
+    image: &Image,
+) -> Result<u64> {
     let mut attempts = 0;
-    let fence = loop {
+    let (fence, time_ms) = loop {
         attempts += 1;
         let seq = newest_seq(bucket, keys, actor).await? + 1;
         let key = keys.actor_log(actor, seq);
-        let body = whole(Kind::Log, seq, actor, writer, image);
+        let time_ms = config.clock.wall_ms();
+        let body = whole(Kind::Log, seq, actor, writer, image, time_ms);
         match put_settled(bucket, &key, body, config, Haste::Hurried).await {
-            Ok(()) => break seq,
+            Ok(()) => break (seq, time_ms),
             // A former holder's record landed since the listing.
             Err(FailureKind::Fenced) if attempts < FENCE_ATTEMPTS_MAX => {}
             Err(FailureKind::Fenced) => {
@@ -78,7 +103,7 @@ pub async fn replace(
         }
     };
     let key = keys.actor_snapshot(actor, fence);
-    let body = whole(Kind::Snapshot, fence, actor, writer, image);
+    let body = whole(Kind::Snapshot, fence, actor, writer, image, time_ms);
     if let Err(kind) = put_settled(bucket, &key, body, config, Haste::Hurried).await {
         return Err(Error::Broken {
             actor: actor.clone(),
@@ -86,7 +111,17 @@ pub async fn replace(
             reason: format!("replacing snapshot: {kind:?}"),
         });
     }
-    // Unread from now on: no need for the deletes to be durable.
+    Ok(fence)
+}
+
+/// Deletes the actor's records and snapshots before `fence`: unread from
+/// now on, so the deletes need not be durable.
+async fn delete_before(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    actor: &ActorId,
+    fence: u64,
+) -> Result<()> {
     let dead = hinted::list_keys(bucket, &keys.actor_prefix(actor))
         .await?
         .into_iter()
@@ -94,7 +129,7 @@ pub async fn replace(
         .map(|listed| listed.key)
         .collect();
     delete_all(bucket, dead).await?;
-    Ok(fence)
+    Ok(())
 }
 
 /// The highest sequence number among the actor's log records and
@@ -116,13 +151,21 @@ fn seq_of(keys: &Keys, actor: &ActorId, key: &str) -> Option<u64> {
 }
 
 /// A record or snapshot holding every page of `image`, and its alarm.
-fn whole(kind: Kind, seq: u64, actor: &ActorId, writer: &WriterId, image: &Image) -> bytes::Bytes {
+fn whole(
+    kind: Kind,
+    seq: u64,
+    actor: &ActorId,
+    writer: &WriterId,
+    image: &Image,
+    time_ms: i64,
+) -> bytes::Bytes {
     record::encode(
         &Header {
             kind,
             seq,
             db_pages: image.db_pages(),
             alarm_ms: image.alarm_ms(),
+            time_ms,
             actor: &actor.to_string(),
             node: &writer.node,
             incarnation: &writer.incarnation,

@@ -52,9 +52,25 @@ pub enum Error {
     /// one an actor can take; the reason says why and what to do.
     #[error("{0}")]
     BadImage(String),
+    /// A point-in-time restore asked for an instant the log no longer
+    /// holds (before the retention window, ADR 0076).
+    #[error("actor {actor}: {at_ms} ms is before the oldest instant its log holds ({})", oldest_text(*.oldest_ms))]
+    NotRestorable {
+        actor: ActorId,
+        at_ms: i64,
+        /// The oldest instant that can be restored, when one is known.
+        oldest_ms: Option<i64>,
+    },
     /// The flusher is gone (the runtime shut down).
     #[error("the store's flusher stopped")]
     Closed,
+}
+
+fn oldest_text(oldest_ms: Option<i64>) -> String {
+    match oldest_ms {
+        Some(ms) => format!("{ms} ms"),
+        None => "none".into(),
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -34,13 +34,17 @@ mod sql;
 mod store;
 mod vfs;
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use wasmkeep_cluster::clock::{Clock, SystemClock};
 
 pub use erase::{erase, replace};
 pub use error::{Error, Result};
 pub use heavy::{INLINE_SLICE, heavy_max, statements_off_worker_total};
 pub use image::{Image, Imported, imported};
 pub use record::FORMAT_VERSION;
+pub use restore::Entry as HistoryEntry;
 pub use sql::{SqlError, SqlParam, SqlRows, SqlValue};
 pub use store::{ActorStore, OPERATOR_RESULTS_KEPT, OutputGate};
 pub use vfs::{PAGE_BYTES, pages_held, set_pages_max};
@@ -84,6 +88,13 @@ pub struct StoreConfig {
     /// its waiting events 503, within about this plus two requests' time
     /// instead of after every attempt's full wait (ADR 0049).
     pub write_time_max: Duration,
+    /// How long the log keeps what rebuilds any instant (ADR 0076): a
+    /// compaction deletes only records and snapshots that no instant within
+    /// this long before now needs. Zero: everything a snapshot covers goes.
+    pub retention: Duration,
+    /// The wall clock records are timed by (the node's, so the simulation
+    /// drives it).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for StoreConfig {
@@ -100,6 +111,8 @@ impl Default for StoreConfig {
             write_attempts_max: 6,
             write_retry_backoff: Duration::from_millis(20),
             write_time_max: Duration::from_secs(10),
+            retention: Duration::ZERO,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -161,6 +174,7 @@ mod tests {
                 seq: 9,
                 db_pages: 1,
                 alarm_ms: None,
+                time_ms: 5,
                 actor: "t/c/n",
                 node: "n1",
                 incarnation: "abc",

@@ -9,6 +9,7 @@
 //! page_bytes   4   u32 LE: 4096
 //! db_pages     4   u32 LE: the database's size in pages after this record
 //! alarm_ms     8   i64 LE: the committed alarm after this record (0 when none)
+//! time_ms      8   i64 LE: when the record was sealed, wall-clock ms (version 3)
 //! actor        2+n u16 LE length + UTF-8 "tenant/class/name"
 //! node         2+n writer node id
 //! incarnation  2+n writer incarnation
@@ -17,7 +18,7 @@
 //! crc32        4   u32 LE over every byte above
 //! ```
 //!
-//! A page (version 2): `u32 LE` index, `u16 LE` gap start, `u16 LE` gap
+//! A page (versions 2 and 3): `u32 LE` index, `u16 LE` gap start, `u16 LE` gap
 //! length, then the page's bytes without the gap, a run of zero bytes
 //! (ADR 0030). The gap is the page's longest run of zeros: in a SQLite
 //! b-tree page, the free space between the cell pointers and the cells.
@@ -25,6 +26,13 @@
 //! spanning two file-system blocks, and the disk's bandwidth goes ~2.5x
 //! further. Version 1 (still read) stored every page whole: `u32 LE` index
 //! and `page_bytes` bytes.
+//!
+//! The time (version 3, ADR 0076) is the writer's wall clock when it sealed
+//! the record, after every event in it committed and before any was
+//! acknowledged; a snapshot carries the time of the record it holds up to.
+//! A point-in-time restore to T replays the log while records are at or
+//! before T. Versions 1 and 2 (still read) have no time: they read as 0,
+//! older than any instant asked for.
 //!
 //! The writer id, the sequence number and the checksum make every record's
 //! body unique, so a writer that lost a reply can tell its own record from
@@ -40,7 +48,9 @@ use crate::vfs::{PAGE_BYTES, Page, SharedPage};
 
 const MAGIC: &[u8; 8] = b"wkstore\0";
 /// Format of records and snapshots written by this version.
-pub const FORMAT_VERSION: u16 = 2;
+pub const FORMAT_VERSION: u16 = 3;
+/// The format before records carried their time: still read.
+const FORMAT_VERSION_UNTIMED: u16 = 2;
 /// The format before pages left out their zero gap: still read.
 const FORMAT_VERSION_WHOLE_PAGES: u16 = 1;
 /// Longest text field (actor id, node, incarnation) in a header.
@@ -59,6 +69,8 @@ pub struct Decoded {
     pub seq: u64,
     pub db_pages: u32,
     pub alarm_ms: Option<i64>,
+    /// When the record was sealed (0: written before records had times).
+    pub time_ms: i64,
     pub actor: String,
     pub node: String,
     pub incarnation: String,
@@ -71,6 +83,8 @@ pub struct Header<'a> {
     pub seq: u64,
     pub db_pages: u32,
     pub alarm_ms: Option<i64>,
+    /// The writer's wall-clock milliseconds when the record was sealed.
+    pub time_ms: i64,
     pub actor: &'a str,
     pub node: &'a str,
     pub incarnation: &'a str,
@@ -79,12 +93,19 @@ pub struct Header<'a> {
 /// Most bytes a record holding `n_pages` pages with these text fields takes
 /// (for limits: a page without zeros to leave out).
 pub fn encoded_len(n_pages: usize, header_text_bytes: usize) -> usize {
-    8 + 2 + 1 + 1 + 8 + 4 + 4 + 8 + 6 + header_text_bytes + 4 + n_pages * (8 + PAGE_BYTES) + 4
+    8 + 2 + 1 + 1 + 8 + 4 + 4 + 8 + 8 + 6 + header_text_bytes + 4 + n_pages * (8 + PAGE_BYTES) + 4
 }
 
-/// Bytes of a record without pages (the shortest record there is).
+/// Bytes of a record without pages (the shortest record this version
+/// writes).
 fn header_len() -> usize {
     encoded_len(0, 0)
+}
+
+/// Bytes of the shortest record of any version read (those before version
+/// 3 have no time).
+fn shortest_len() -> usize {
+    header_len() - 8
 }
 
 pub fn encode<'p>(
@@ -101,6 +122,7 @@ pub fn encode<'p>(
     out.put_u32_le(PAGE_BYTES as u32);
     out.put_u32_le(header.db_pages);
     out.put_i64_le(header.alarm_ms.unwrap_or(0));
+    out.put_i64_le(header.time_ms);
     for field in [header.actor, header.node, header.incarnation] {
         let len = u16::try_from(field.len().min(TEXT_BYTES_MAX)).expect("bounded above");
         out.put_u16_le(len);
@@ -124,7 +146,7 @@ pub fn encode<'p>(
 
 /// Decodes and checks a record; the error says what is wrong (for `Corrupt`).
 pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
-    if bytes.len() < header_len() {
+    if bytes.len() < shortest_len() {
         return Err(format!(
             "{} bytes is shorter than any record (truncated?)",
             bytes.len()
@@ -146,9 +168,9 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
         return Err("bad magic: not a wasmkeep store record".into());
     }
     let version = r.u16()?;
-    if version != FORMAT_VERSION && version != FORMAT_VERSION_WHOLE_PAGES {
+    if !(FORMAT_VERSION_WHOLE_PAGES..=FORMAT_VERSION).contains(&version) {
         return Err(format!(
-            "format version {version} is not one this wasmkeep reads (1 or {FORMAT_VERSION}): written by a newer wasmkeep"
+            "format version {version} is not one this wasmkeep reads (1 to {FORMAT_VERSION}): written by a newer wasmkeep"
         ));
     }
     let kind = match r.u8()? {
@@ -164,6 +186,11 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
     }
     let db_pages = r.u32()?;
     let alarm = r.i64()?;
+    let time_ms = if version > FORMAT_VERSION_UNTIMED {
+        r.i64()?
+    } else {
+        0
+    };
     let actor = r.text()?;
     let node = r.text()?;
     let incarnation = r.text()?;
@@ -222,6 +249,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
         seq,
         db_pages,
         alarm_ms: (flags & 1 != 0).then_some(alarm),
+        time_ms,
         actor,
         node,
         incarnation,
@@ -287,6 +315,7 @@ mod tests {
                 seq: 7,
                 db_pages: 4,
                 alarm_ms: Some(-5),
+                time_ms: 1_700_000_000_123,
                 actor: "t/c/n",
                 node: "n1",
                 incarnation: "abc",
@@ -317,6 +346,7 @@ mod tests {
             seq,
             db_pages,
             alarm_ms: None,
+            time_ms: 42,
             actor: "t/c/n",
             node: "n1",
             incarnation: "abc",
@@ -410,6 +440,33 @@ mod tests {
         let d = decode(&sealed(body)).unwrap();
         assert_eq!((d.seq, d.db_pages, d.pages.len()), (3, 2, 1));
         assert_eq!((d.pages[0].0, d.pages[0].1.to_page()), (1, page));
+        assert_eq!(d.time_ms, 0, "no time before version 3");
+    }
+
+    #[test]
+    fn records_written_before_they_had_a_time_still_read_as_time_zero() {
+        // A version 3 record with its time cut out and its version set to
+        // 2 is a version 2 record: the same fields, no time.
+        let v3 = sample().to_vec();
+        let time_at = 8 + 2 + 1 + 1 + 8 + 4 + 4 + 8;
+        let mut body = v3[..time_at].to_vec();
+        body.extend_from_slice(&v3[time_at + 8..v3.len() - 4]);
+        body[8..10].copy_from_slice(&FORMAT_VERSION_UNTIMED.to_le_bytes());
+        let d = decode(&sealed(body)).unwrap();
+        assert_eq!((d.seq, d.alarm_ms, d.time_ms), (7, Some(-5), 0));
+        assert_eq!(d.actor, "t/c/n");
+        assert_eq!(d.pages[1].1.to_page(), [3; PAGE_BYTES]);
+        // And the version 3 record carries its time.
+        assert_eq!(decode(&sample()).unwrap().time_ms, 1_700_000_000_123);
+    }
+
+    #[test]
+    fn a_version_from_a_newer_wasmkeep_is_refused_by_name() {
+        let mut body = sample().to_vec();
+        body.truncate(body.len() - 4);
+        body[8..10].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+        let e = decode(&sealed(body)).unwrap_err();
+        assert!(e.contains("newer wasmkeep"), "{e}");
     }
 
     #[test]

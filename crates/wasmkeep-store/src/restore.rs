@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use wasmkeep_bucket::{Bucket, Error as BucketError, hinted};
+use wasmkeep_bucket::{Bucket, Error as BucketError, Listed, hinted};
 use wasmkeep_types::{ActorId, Keys};
 
 use crate::record::{self, Decoded, Kind};
@@ -81,13 +81,10 @@ impl From<Error> for Failed {
 async fn plan(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> Result<Plan, Failed> {
     let snap_prefix = keys.actor_snapshot_prefix(actor);
     let log_prefix = keys.actor_log_prefix(actor);
-    // One listing of the actor's whole prefix, not one per kind: a new
-    // actor's restore is then one empty listing (one request, or one failed
-    // folder lookup). A compaction between the two halves of the listing is
-    // harmless: log records listed before a newer snapshot are skipped
-    // (seq <= base), and a log that seems to start late is retried.
-    let prefix = keys.actor_prefix(actor);
-    let listed = read(|| hinted::list_keys(bucket, &prefix))
+    // The snapshots, then the log after the newest (a new actor: two empty
+    // listings). A compaction between the two is harmless: a log that
+    // seems to start late is retried.
+    let listed = read(|| list_newest(bucket, keys, actor))
         .await
         .map_err(Error::from)?;
     let mut snapshot = None;
@@ -124,6 +121,31 @@ async fn plan(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> Result<Plan,
         }
     }
     Ok(Plan { snapshot, log })
+}
+
+/// What a restore of the newest state lists: the actor's snapshots, then
+/// its log after the newest one, not every record its retention window
+/// keeps (ADR 0076). A compaction in between shows as a log that starts
+/// late: a race, listed again.
+async fn list_newest(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    actor: &ActorId,
+) -> Result<Vec<Listed>, BucketError> {
+    let mut listed = hinted::list_keys(bucket, &keys.actor_snapshot_prefix(actor)).await?;
+    let newest = listed
+        .iter()
+        .filter_map(|l| Keys::parse_seq(&l.key).ok())
+        .max();
+    let log_prefix = keys.actor_log_prefix(actor);
+    let log = match newest {
+        Some(seq) => {
+            hinted::list_keys_after(bucket, &log_prefix, &keys.actor_log(actor, seq)).await?
+        }
+        None => hinted::list_keys(bucket, &log_prefix).await?,
+    };
+    listed.extend(log);
+    Ok(listed)
 }
 
 fn parse_seq(key: &str) -> Result<u64> {
@@ -226,6 +248,211 @@ pub(crate) async fn load(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> R
     retrying(|| async {
         let p = plan(bucket, keys, actor).await?;
         follow(bucket, actor, p).await
+    })
+    .await
+}
+
+/// Restores the actor's database as it was at `at_ms` (ADR 0076): the
+/// newest snapshot at or before it, then the log after that snapshot for
+/// as long as its records are at or before it (a prefix of the log: every
+/// write acknowledged by then, nothing committed after). An instant before
+/// the oldest snapshot is restorable only while the log still starts at
+/// its first record (the empty database before it).
+pub(crate) async fn load_at(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    actor: &ActorId,
+    at_ms: i64,
+) -> Result<Restored> {
+    retrying(|| async {
+        let (base, log) = plan_at(bucket, keys, actor, at_ms).await?;
+        follow_until(bucket, actor, base, log, at_ms).await
+    })
+    .await
+}
+
+/// The snapshot a restore to `at_ms` starts from (read), and the records
+/// after it.
+async fn plan_at(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    actor: &ActorId,
+    at_ms: i64,
+) -> Result<(Option<Decoded>, Vec<(u64, String, u64)>), Failed> {
+    let prefix = keys.actor_prefix(actor);
+    let listed = read(|| hinted::list_keys(bucket, &prefix))
+        .await
+        .map_err(Error::from)?;
+    let (snap_prefix, log_prefix) = (
+        keys.actor_snapshot_prefix(actor),
+        keys.actor_log_prefix(actor),
+    );
+    let mut snapshots = Vec::new();
+    let mut log = Vec::new();
+    for listed in listed {
+        if listed.key.starts_with(&snap_prefix) {
+            snapshots.push((parse_seq(&listed.key)?, listed.key));
+        } else if listed.key.starts_with(&log_prefix) {
+            log.push((parse_seq(&listed.key)?, listed.key, listed.size));
+        }
+    }
+    snapshots.sort_by_key(|(s, _)| std::cmp::Reverse(*s));
+    log.sort_by_key(|(s, ..)| *s);
+    // Newest first: the first at or before the instant is the base.
+    let mut oldest_ms = None;
+    let mut base = None;
+    for (seq, key) in &snapshots {
+        let d = fetch(bucket, key, Kind::Snapshot, *seq, actor).await?;
+        if d.time_ms <= at_ms {
+            base = Some(d);
+            break;
+        }
+        oldest_ms = Some(d.time_ms);
+    }
+    let base_seq = base.as_ref().map_or(0, |d| d.seq);
+    log.retain(|(s, ..)| *s > base_seq);
+    match log.first() {
+        // The log after the base must start right after it.
+        Some((first, key, _)) if *first != base_seq + 1 => {
+            if base.is_none() {
+                return Err(Failed::Fatal(Error::NotRestorable {
+                    actor: actor.clone(),
+                    at_ms,
+                    oldest_ms,
+                }));
+            }
+            let missing = keys.actor_log(actor, base_seq + 1);
+            return Err(Failed::Race(Error::Corrupt {
+                key: missing,
+                reason: format!(
+                    "log record {} is missing (the log continues at {key})",
+                    base_seq + 1
+                ),
+            }));
+        }
+        None if base.is_none() && !snapshots.is_empty() => {
+            return Err(Failed::Fatal(Error::NotRestorable {
+                actor: actor.clone(),
+                at_ms,
+                oldest_ms,
+            }));
+        }
+        _ => {}
+    }
+    for (want, (seq, key, _)) in (base_seq + 1..).zip(log.iter()) {
+        if *seq != want {
+            return Err(Failed::Race(Error::Corrupt {
+                key: keys.actor_log(actor, want),
+                reason: format!("log record {want} is missing (the log continues at {key})"),
+            }));
+        }
+    }
+    Ok((base, log))
+}
+
+async fn follow_until(
+    bucket: &dyn Bucket,
+    actor: &ActorId,
+    base: Option<Decoded>,
+    log: Vec<(u64, String, u64)>,
+    at_ms: i64,
+) -> Result<Restored, Failed> {
+    let mut pages = Vec::new();
+    let mut alarm_ms = None;
+    let mut last_seq = 0;
+    if let Some(d) = base {
+        alarm_ms = d.alarm_ms;
+        last_seq = d.seq;
+        apply(&mut pages, d);
+    }
+    let (mut records_since_snapshot, mut bytes_since_snapshot) = (0, 0);
+    let reads: Vec<_> = log
+        .into_iter()
+        .map(|(seq, key, size)| async move {
+            fetch(bucket, &key, Kind::Log, seq, actor)
+                .await
+                .map(|d| (d, size))
+        })
+        .collect();
+    let mut records = futures::stream::iter(reads).buffered(RESTORE_READS_IN_FLIGHT);
+    while let Some(fetched) = records.next().await {
+        let (d, size) = fetched?;
+        if d.time_ms > at_ms {
+            break;
+        }
+        alarm_ms = d.alarm_ms;
+        last_seq = d.seq;
+        records_since_snapshot += 1;
+        bytes_since_snapshot += size;
+        apply(&mut pages, d);
+    }
+    Ok(Restored {
+        pages,
+        last_seq,
+        alarm_ms,
+        records_since_snapshot,
+        bytes_since_snapshot,
+    })
+}
+
+/// One record or snapshot of an actor's log, as `actor history` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub seq: u64,
+    pub snapshot: bool,
+    /// When it was sealed (0: written before records had times).
+    pub time_ms: i64,
+    pub bytes: u64,
+    /// The node that wrote it.
+    pub node: String,
+}
+
+/// Every record and snapshot of the actor's log, oldest first (snapshots
+/// before the record of the same number), each read and verified.
+pub(crate) async fn history(
+    bucket: &dyn Bucket,
+    keys: &Keys,
+    actor: &ActorId,
+) -> Result<Vec<Entry>> {
+    retrying(|| async {
+        let prefix = keys.actor_prefix(actor);
+        let listed = read(|| hinted::list_keys(bucket, &prefix))
+            .await
+            .map_err(Error::from)?;
+        let snap_prefix = keys.actor_snapshot_prefix(actor);
+        let log_prefix = keys.actor_log_prefix(actor);
+        let mut wanted = Vec::new();
+        for listed in listed {
+            let kind = if listed.key.starts_with(&snap_prefix) {
+                Kind::Snapshot
+            } else if listed.key.starts_with(&log_prefix) {
+                Kind::Log
+            } else {
+                continue;
+            };
+            wanted.push((parse_seq(&listed.key)?, kind == Kind::Log, kind, listed));
+        }
+        // By number, a snapshot before the record it holds up to.
+        wanted.sort_by_key(|(seq, is_log, ..)| (*seq, *is_log));
+        let reads: Vec<_> = wanted
+            .into_iter()
+            .map(|(seq, _, kind, listed)| async move {
+                let d = fetch(bucket, &listed.key, kind, seq, actor).await?;
+                Ok::<_, Failed>(Entry {
+                    seq,
+                    snapshot: kind == Kind::Snapshot,
+                    time_ms: d.time_ms,
+                    bytes: listed.size,
+                    node: d.node,
+                })
+            })
+            .collect();
+        let mut entries = Vec::with_capacity(reads.len());
+        let mut reads = futures::stream::iter(reads).buffered(RESTORE_READS_IN_FLIGHT);
+        while let Some(entry) = reads.next().await {
+            entries.push(entry?);
+        }
+        Ok(entries)
     })
     .await
 }

@@ -462,6 +462,9 @@ impl ActorStore {
             let config = &self.shared.config;
             let early = || {
                 config.snapshot_log_database_multiple > 0
+                    // Kept records are not short-lived: the snapshot
+                    // would delete nothing.
+                    && config.retention.is_zero()
                     && self.records_since_snapshot >= crate::EARLY_SNAPSHOT_RECORDS_MIN
                     && wasmkeep_bucket::hinted::short_lived_objects_are_cheap(&*self.shared.bucket)
                     && self.bytes_since_snapshot

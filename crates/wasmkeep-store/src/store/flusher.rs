@@ -107,7 +107,16 @@ async fn write_records(
         // Boxed (and the snapshot writer's steps): these tasks live as long
         // as the store, mostly idle, and an inline bucket write sized each
         // of their futures at ~900 bytes (ADR 0038).
-        match Box::pin(write_record(shared, &rec, haste, &mut durable_alarm)).await {
+        let time_ms = shared.config.clock.wall_ms();
+        match Box::pin(write_record(
+            shared,
+            &rec,
+            time_ms,
+            haste,
+            &mut durable_alarm,
+        ))
+        .await
+        {
             Ok(()) => {
                 let queued: u32 = shared.state.lock().queue.iter().map(|p| p.events).sum();
                 let lingers = rec.events + queued >= 2;
@@ -121,6 +130,7 @@ async fn write_records(
                     let snap = Snapshot {
                         seq: rec.seq,
                         alarm_ms: rec.alarm_ms,
+                        time_ms,
                         image,
                         // A lone writer's next record comes at once: the
                         // snapshot goes with it. One that lingers may come
@@ -154,6 +164,7 @@ async fn write_records(
 async fn write_record(
     shared: &Shared,
     rec: &Pending,
+    time_ms: i64,
     haste: Haste,
     durable_alarm: &mut Option<i64>,
 ) -> Result<(), FailureKind> {
@@ -162,6 +173,7 @@ async fn write_record(
         seq: rec.seq,
         db_pages: rec.db_pages,
         alarm_ms: rec.alarm_ms,
+        time_ms,
         actor: &shared.actor_text,
         node: &shared.writer.node,
         incarnation: &shared.writer.incarnation,

@@ -25,6 +25,15 @@ use super::{ActorStore, FlushState, Progress, Shared};
 
 static DB_NAMES: AtomicU64 = AtomicU64::new(0);
 
+/// What a store that writes nothing reads.
+#[derive(Debug, Clone, Copy)]
+enum Reading {
+    /// The state as the bucket holds it.
+    Now,
+    /// The state at this instant (wall-clock ms).
+    At(i64),
+}
+
 impl ActorStore {
     /// Restores from the bucket (newest snapshot + log after it); creates an
     /// empty database if the actor has no data. Must run inside a tokio
@@ -36,7 +45,7 @@ impl ActorStore {
         writer: WriterId,
         config: StoreConfig,
     ) -> Result<Self> {
-        Self::open_as(bucket, keys, actor, writer, config, false).await
+        Self::open_as(bucket, keys, actor, writer, config, None).await
     }
 
     /// Restores the actor's state as the bucket holds it, for reading only
@@ -51,22 +60,64 @@ impl ActorStore {
         actor: ActorId,
         config: StoreConfig,
     ) -> Result<Self> {
-        let writer = WriterId {
-            node: "reader".into(),
-            incarnation: "reader".into(),
-        };
-        Self::open_as(bucket, keys, actor, writer, config, true).await
+        Self::open_as(
+            bucket,
+            keys,
+            actor,
+            Self::reader(),
+            config,
+            Some(Reading::Now),
+        )
+        .await
     }
 
+    /// As [`ActorStore::open_reader`], the actor's state as it was at
+    /// `at_ms` (wall-clock milliseconds), rebuilt from the log's records
+    /// and snapshots (ADR 0076): `actor restore`, `actor fork` and
+    /// `actor export --at`. An instant the log no longer holds is
+    /// [`Error::NotRestorable`].
+    pub async fn open_reader_at(
+        bucket: Arc<dyn Bucket>,
+        keys: Keys,
+        actor: ActorId,
+        config: StoreConfig,
+        at_ms: i64,
+    ) -> Result<Self> {
+        let reading = Some(Reading::At(at_ms));
+        Self::open_as(bucket, keys, actor, Self::reader(), config, reading).await
+    }
+
+    /// Every record and snapshot of the actor's log, oldest first, with
+    /// the time each was sealed and its size (`actor history`).
+    pub async fn history(
+        bucket: &dyn Bucket,
+        keys: &Keys,
+        actor: &ActorId,
+    ) -> Result<Vec<restore::Entry>> {
+        restore::history(bucket, keys, actor).await
+    }
+
+    fn reader() -> WriterId {
+        WriterId {
+            node: "reader".into(),
+            incarnation: "reader".into(),
+        }
+    }
+
+    /// `reading`: `None` for a store that writes, else what a reader reads.
     async fn open_as(
         bucket: Arc<dyn Bucket>,
         keys: Keys,
         actor: ActorId,
         writer: WriterId,
         config: StoreConfig,
-        reader: bool,
+        reading: Option<Reading>,
     ) -> Result<Self> {
-        let restored = restore::load(&*bucket, &keys, &actor).await?;
+        let restored = match reading {
+            Some(Reading::At(at_ms)) => restore::load_at(&*bucket, &keys, &actor, at_ms).await?,
+            _ => restore::load(&*bucket, &keys, &actor).await?,
+        };
+        let reader = reading.is_some();
         let empty = restored.pages.is_empty();
         let file: SharedFile = Arc::new(Mutex::new(MemFile::with_pages(restored.pages)));
         let db_name = format!("wasmkeep-db-{}", DB_NAMES.fetch_add(1, Ordering::Relaxed));

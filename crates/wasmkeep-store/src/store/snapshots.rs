@@ -21,6 +21,8 @@ use super::{Progress, Shared};
 pub(super) struct Snapshot {
     pub(super) seq: u64,
     pub(super) alarm_ms: Option<i64>,
+    /// The time of the record at `seq`, whose state it holds.
+    pub(super) time_ms: i64,
     pub(super) image: Vec<SharedPage>,
     /// How it is put ([`Haste::Unhurried`] when no one waits for it).
     pub(super) haste: Haste,
@@ -75,11 +77,18 @@ pub(super) async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>
         shared.progress.send_modify(|p| p.snapshots_pending -= 1);
         // Even one that failed may be in the bucket (the reply was lost).
         if let Some(known) = &mut known {
-            known.snapshots.push(snap.seq);
+            known.snapshots.push((snap.seq, snap.time_ms));
         }
         match written {
             Ok(()) => {
-                if let Err(e) = Box::pin(compact(&shared, &slot, &mut known, snap.seq)).await {
+                if let Err(e) = Box::pin(compact(
+                    &shared,
+                    &slot,
+                    &mut known,
+                    (snap.seq, snap.time_ms),
+                ))
+                .await
+                {
                     tracing::warn!(actor = %shared.actor, seq = snap.seq, error = %e, "compaction after a snapshot failed; the next one retries");
                 }
             }
@@ -94,10 +103,12 @@ pub(super) async fn snapshot_writer(shared: Arc<Shared>, slot: Arc<SnapshotSlot>
 /// store wrote after the last compaction that succeeded.
 struct Known {
     /// Every log record up to this one is deleted; each after it was
-    /// written by this store.
-    records_deleted_through: u64,
-    /// Snapshots that may be in the bucket, oldest first.
-    snapshots: Vec<u64>,
+    /// written by this store. `None`: not known (a listing found a base
+    /// to keep and no record was listed); the next deleting compaction
+    /// lists the records.
+    records_deleted_through: Option<u64>,
+    /// Snapshots that may be in the bucket, oldest first, with their times.
+    snapshots: Vec<(u64, i64)>,
     /// Compactions since the last one that listed.
     unlisted: u32,
 }
@@ -117,6 +128,7 @@ async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
         seq: snap.seq,
         db_pages: u32::try_from(snap.image.len()).expect("bounded by max_page_count"),
         alarm_ms: snap.alarm_ms,
+        time_ms: snap.time_ms,
         actor: &shared.actor_text,
         node: &shared.writer.node,
         incarnation: &shared.writer.incarnation,
@@ -139,9 +151,14 @@ async fn write_snapshot(shared: &Shared, snap: &Snapshot) -> Result<()> {
     Ok(())
 }
 
-/// Deletes the records and snapshots a durable snapshot at `seq` covers:
-/// those `known` names, or those a listing finds (see
-/// [`COMPACTIONS_PER_LISTING`]); `known` then says what is left.
+/// Deletes the records and snapshots that a durable snapshot makes
+/// needless: with no retention window, everything the snapshot at `seq`
+/// covers; with one (ADR 0076), everything before the newest snapshot at
+/// least the window old (the base: any instant in the window is rebuilt
+/// from it or a later snapshot, and the records after it), and nothing
+/// while no snapshot is that old. What to delete comes from what `known`
+/// names, or from a listing (see [`COMPACTIONS_PER_LISTING`]); `known`
+/// then says what is left.
 /// Older snapshots go at once; log records as many as this actor writes
 /// meanwhile (sixteen at a time), the rest at once when a newer snapshot waits, the store
 /// closes, or the actor writes nothing for [`COMPACTION_IDLE`]. Paced, a
@@ -154,41 +171,82 @@ async fn compact(
     shared: &Shared,
     slot: &SnapshotSlot,
     known: &mut Option<Known>,
-    seq: u64,
+    (seq, time_ms): (u64, i64),
 ) -> Result<()> {
     let bucket = &*shared.bucket;
     let listing = known
         .as_ref()
         .is_none_or(|k| k.unlisted + 1 >= COMPACTIONS_PER_LISTING);
-    let (records, snapshots): (Vec<u64>, Vec<String>) = match known.as_ref() {
-        Some(k) if !listing => (
-            (k.records_deleted_through + 1..=seq).collect(),
-            k.snapshots
-                .iter()
-                .filter(|s| **s < seq)
-                .map(|s| shared.keys.actor_snapshot(&shared.actor, *s))
-                .collect(),
-        ),
+    // Every snapshot that may be in the bucket up to `seq`, with its time.
+    let snapshots: Vec<(u64, i64)> = match known.as_ref() {
+        Some(k) if !listing => k.snapshots.clone(),
         _ => {
+            let listed: Vec<u64> =
+                hinted::list_keys(bucket, &shared.keys.actor_snapshot_prefix(&shared.actor))
+                    .await?
+                    .into_iter()
+                    .filter_map(|listed| Keys::parse_seq(&listed.key).ok())
+                    .filter(|s| *s < seq)
+                    .collect();
+            let mut timed = vec![(seq, time_ms)];
+            for s in listed {
+                let cached = known
+                    .as_ref()
+                    .and_then(|k| k.snapshots.iter().find(|(k, _)| *k == s));
+                match cached {
+                    Some(pair) => timed.push(*pair),
+                    None => timed.push((s, snapshot_time(shared, s).await?)),
+                }
+            }
+            timed.sort_unstable();
+            timed
+        }
+    };
+    let unlisted = match known.as_ref() {
+        Some(k) if !listing => k.unlisted + 1,
+        _ => 0,
+    };
+    let Some(base) = base(&snapshots, seq, time_ms, shared) else {
+        // No snapshot is the window old yet: everything is kept.
+        let mut kept = snapshots;
+        if !kept.iter().any(|(s, _)| *s == seq) {
+            kept.push((seq, time_ms));
+        }
+        let records_deleted_through = match known.as_ref() {
+            Some(k) if !listing => k.records_deleted_through,
+            _ => None,
+        };
+        *known = Some(Known {
+            records_deleted_through,
+            snapshots: kept,
+            unlisted,
+        });
+        return Ok(());
+    };
+    let deleted_through = known
+        .as_ref()
+        .filter(|_| !listing)
+        .and_then(|k| k.records_deleted_through);
+    let records: Vec<u64> = match deleted_through {
+        Some(through) => (through + 1..=base).collect(),
+        None => {
             let mut records: Vec<u64> =
                 hinted::list_keys(bucket, &shared.keys.actor_log_prefix(&shared.actor))
                     .await?
                     .into_iter()
                     .filter_map(|listed| Keys::parse_seq(&listed.key).ok())
-                    .filter(|s| *s <= seq)
+                    .filter(|s| *s <= base)
                     .collect();
             records.sort_unstable();
-            let snapshots =
-                hinted::list_keys(bucket, &shared.keys.actor_snapshot_prefix(&shared.actor))
-                    .await?
-                    .into_iter()
-                    .filter(|listed| Keys::parse_seq(&listed.key).is_ok_and(|s| s < seq))
-                    .map(|listed| listed.key)
-                    .collect();
-            (records, snapshots)
+            records
         }
     };
-    delete_all(bucket, snapshots).await?;
+    let dead_snapshots = snapshots
+        .iter()
+        .filter(|(s, _)| *s < base)
+        .map(|(s, _)| shared.keys.actor_snapshot(&shared.actor, *s))
+        .collect();
+    delete_all(bucket, dead_snapshots).await?;
     let record_key = |s: &u64| Keys::log_under(&shared.log_prefix, *s);
     let mut progress = shared.progress.subscribe();
     let start = progress.borrow_and_update().durable_seq;
@@ -202,23 +260,46 @@ async fn compact(
         }
         delete_all(bucket, chunk.iter().map(record_key).collect()).await?;
     }
-    // Everything up to `seq` is gone; what this store writes from now on
-    // is all there is.
-    let unlisted = match known.as_ref() {
-        Some(k) if !listing => k.unlisted + 1,
-        _ => 0,
-    };
-    let mut snapshots_left = known.take().map(|k| k.snapshots).unwrap_or_default();
-    snapshots_left.retain(|s| *s >= seq);
-    if !snapshots_left.contains(&seq) {
-        snapshots_left.insert(0, seq);
+    // Everything up to `base` is gone; what is after it and what this
+    // store writes from now on is all there is.
+    let mut snapshots_left = snapshots;
+    if !snapshots_left.iter().any(|(s, _)| *s == seq) {
+        snapshots_left.push((seq, time_ms));
     }
+    snapshots_left.retain(|(s, _)| *s >= base);
+    snapshots_left.sort_unstable();
     *known = Some(Known {
-        records_deleted_through: seq,
+        records_deleted_through: Some(base),
         snapshots: snapshots_left,
         unlisted,
     });
     Ok(())
+}
+
+/// The snapshot everything before can go: the newest at least the
+/// retention window old (by its time), `seq` itself without a window.
+fn base(snapshots: &[(u64, i64)], seq: u64, time_ms: i64, shared: &Shared) -> Option<u64> {
+    let retention = shared.config.retention;
+    if retention.is_zero() {
+        return Some(seq);
+    }
+    let window = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    let cutoff = shared.config.clock.wall_ms().saturating_sub(window);
+    snapshots
+        .iter()
+        .chain(std::iter::once(&(seq, time_ms)))
+        .filter(|(_, t)| *t <= cutoff)
+        .map(|(s, _)| *s)
+        .max()
+}
+
+/// The time of a snapshot this store did not write, from its header.
+async fn snapshot_time(shared: &Shared, seq: u64) -> Result<i64> {
+    let key = shared.keys.actor_snapshot(&shared.actor, seq);
+    let object = shared.bucket.get(&key).await?;
+    record::decode(&object.bytes)
+        .map(|d| d.time_ms)
+        .map_err(|reason| Error::Corrupt { key, reason })
 }
 
 /// Waits until the actor's records up to `due` are durable: `true`; `false`
