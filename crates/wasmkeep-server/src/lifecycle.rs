@@ -81,6 +81,7 @@ impl Node {
                 config.actors_max,
                 config.limits.event_time_max,
                 Arc::clone(&metrics),
+                Arc::clone(&clock),
             ),
             classes: Classes::new(guest, config.classes.clone()),
             timer: AlarmTimer::new(Arc::clone(&clock)),

@@ -115,6 +115,20 @@ impl Node {
         }
     }
 
+    /// How a store of an actor of `class` is opened: the node's settings
+    /// with the class's database maximum and retention window.
+    pub(crate) fn store_config(
+        &self,
+        class: &wasmkeep_types::ClassName,
+    ) -> wasmkeep_store::StoreConfig {
+        let limits = self.classes.limits(class);
+        wasmkeep_store::StoreConfig {
+            database_bytes_max: limits.database_bytes_max,
+            retention: limits.retention,
+            ..self.residents.store_config.clone()
+        }
+    }
+
     /// Loads every class whose current version in the bucket differs from
     /// the one loaded here (see [`Classes::poll`]).
     pub async fn poll_classes(&self) -> Result<()> {

@@ -31,6 +31,13 @@ pub const DATABASE_BYTES_MAX_DEFAULT: u64 = 10 << 30;
 /// Smallest database maximum a deploy may set: a database of a few tables.
 pub const DATABASE_BYTES_MIN: u64 = 64 << 10;
 
+/// How far back a class's actors can be restored when its deploy names no
+/// window (ADR 0076).
+pub const RETENTION_DEFAULT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Longest retention window a deploy may set: a year.
+pub const RETENTION_MAX: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
+
 /// What a class's deploy says about each of its actors (ADR 0064, 0066).
 /// Kept in the class's `current` record with the version's digest, so a
 /// node reads both at once, and a deploy changes both at once.
@@ -40,6 +47,9 @@ pub struct ClassLimits {
     pub database_bytes_max: u64,
     /// Where its actors may send HTTP requests; empty: nowhere.
     pub allow_outbound: Arc<AllowList>,
+    /// How far back its actors' data can be restored (ADR 0076); zero:
+    /// only the present is kept.
+    pub retention: std::time::Duration,
 }
 
 impl Default for ClassLimits {
@@ -47,6 +57,7 @@ impl Default for ClassLimits {
         Self {
             database_bytes_max: DATABASE_BYTES_MAX_DEFAULT,
             allow_outbound: Arc::new(AllowList::default()),
+            retention: RETENTION_DEFAULT,
         }
     }
 }
@@ -62,8 +73,22 @@ impl ClassLimits {
         }
         Ok(Self {
             database_bytes_max,
-            allow_outbound: Arc::new(AllowList::default()),
+            ..Self::default()
         })
+    }
+
+    /// These limits with `retention` as the restore window; `None` keeps
+    /// the default. Longer than [`RETENTION_MAX`] is refused.
+    pub fn with_retention(self, retention: Option<std::time::Duration>) -> Result<Self> {
+        let retention = retention.unwrap_or(RETENTION_DEFAULT);
+        if retention > RETENTION_MAX {
+            return Err(Error::Config(format!(
+                "the retention window must be at most {} days, not {:.1}",
+                RETENTION_MAX.as_secs() / 86_400,
+                retention.as_secs_f64() / 86_400.0
+            )));
+        }
+        Ok(Self { retention, ..self })
     }
 
     /// These limits with `allow` as the outbound allow-list.
@@ -76,9 +101,10 @@ impl ClassLimits {
 }
 
 /// A class's `current` record: the digest of its version on the first line,
-/// then `name value` lines (`database-bytes-max N`, one `allow-outbound
-/// ENTRY` per allow-list entry). A record of the
-/// digest alone (written before ADR 0064) has the default limits; a line
+/// then `name value` lines (`database-bytes-max N`, `retention-ms N`, one
+/// `allow-outbound ENTRY` per allow-list entry). A record of the
+/// digest alone (written before ADR 0064) has the default limits, one
+/// without `retention-ms` (before ADR 0076) the default window; a line
 /// this node does not know is left alone (a newer deploy's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Current {
@@ -89,8 +115,10 @@ pub struct Current {
 impl Current {
     pub fn to_text(&self) -> String {
         let mut text = format!(
-            "{}\ndatabase-bytes-max {}\n",
-            self.digest, self.limits.database_bytes_max
+            "{}\ndatabase-bytes-max {}\nretention-ms {}\n",
+            self.digest,
+            self.limits.database_bytes_max,
+            self.limits.retention.as_millis()
         );
         for entry in self.limits.allow_outbound.entries() {
             text.push_str(&format!("allow-outbound {entry}\n"));
@@ -112,6 +140,7 @@ impl Current {
             return Err(format!("{digest:?} is not a digest"));
         }
         let mut database_bytes_max = None;
+        let mut retention = None;
         let mut allow = Vec::new();
         for line in lines.map(str::trim).filter(|l| !l.is_empty()) {
             match line.split_once(' ') {
@@ -122,12 +151,20 @@ impl Current {
                         .map_err(|_| format!("database-bytes-max {value:?} is not a number"))?;
                     database_bytes_max = Some(bytes);
                 }
+                Some(("retention-ms", value)) => {
+                    let ms: u64 = value
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("retention-ms {value:?} is not a number"))?;
+                    retention = Some(std::time::Duration::from_millis(ms));
+                }
                 Some(("allow-outbound", entry)) => allow.push(entry.trim()),
                 _ => {}
             }
         }
         let allow = AllowList::parse(allow).map_err(|e| e.to_string())?;
         let limits = ClassLimits::new(database_bytes_max)
+            .and_then(|limits| limits.with_retention(retention))
             .map_err(|e| e.to_string())?
             .with_allow_outbound(allow);
         Ok(Self { digest, limits })
@@ -476,8 +513,13 @@ mod tests {
             digest: "ab12".into(),
             limits: ClassLimits::new(Some(1 << 20)).expect("above the floor"),
         };
-        assert_eq!(current.to_text(), "ab12\ndatabase-bytes-max 1048576\n");
+        assert_eq!(
+            current.to_text(),
+            "ab12\ndatabase-bytes-max 1048576\nretention-ms 604800000\n"
+        );
         assert_eq!(Current::parse(current.to_text().as_bytes()), Ok(current));
+        let none_kept = Current::parse(b"ab12\nretention-ms 0\n").map(|c| c.limits.retention);
+        assert_eq!(none_kept, Ok(std::time::Duration::ZERO));
         // Before ADR 0064 the record was the digest alone.
         assert_eq!(
             Current::parse(b"ab12\n").map(|c| c.limits),
@@ -492,6 +534,8 @@ mod tests {
         for bad in [
             &b"ab12\ndatabase-bytes-max lots\n"[..],
             b"ab12\ndatabase-bytes-max 100\n",
+            b"ab12\nretention-ms soon\n",
+            b"ab12\nretention-ms 99999999999999\n",
             b"not a digest\n",
             b"",
             &[0xff, 0xfe],
@@ -513,7 +557,7 @@ mod tests {
         };
         assert_eq!(
             current.to_text(),
-            "ab12\ndatabase-bytes-max 10737418240\nallow-outbound api.example.com\n\
+            "ab12\ndatabase-bytes-max 10737418240\nretention-ms 604800000\nallow-outbound api.example.com\n\
              allow-outbound *.hooks.example.org:*\nallow-outbound 10.0.0.0/8\n"
         );
         assert_eq!(Current::parse(current.to_text().as_bytes()), Ok(current));

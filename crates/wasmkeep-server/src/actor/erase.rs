@@ -11,8 +11,9 @@ use crate::Result;
 use crate::node::Node;
 
 /// Puts `image` in place of the actor's database so that no former holder
-/// can add to it ([`wasmkeep_store::replace`]: two objects stay, the
-/// snapshot and the log record that fences; [`Image::empty`] deletes),
+/// can add to it ([`wasmkeep_store::replace`]: the snapshot and the log
+/// record that fences stay, with what they replaced while the class's
+/// retention window keeps it; [`Image::empty`] deletes, and keeps nothing),
 /// then puts its alarm index in line with the image's alarm and arms the
 /// timer for it. The caller holds the actor's ownership record, and
 /// nothing of its store writes any more.
@@ -29,16 +30,15 @@ pub(crate) async fn replace_data(node: &Node, actor: &ActorId, image: &Image) ->
             node.bucket.delete(&listed.key).await?;
         }
     } else {
-        wasmkeep_store::replace(
-            &*node.bucket,
-            &node.keys,
-            actor,
-            &writer,
-            &node.residents.store_config,
-            image,
-        )
-        .await
-        .map_err(|e| crate::Error::Store(e.to_string()))?;
+        let config = node.store_config(&actor.class);
+        // A delete leaves nothing to restore; an import keeps what it
+        // replaced within the class's retention window (ADR 0076).
+        let replaced = if image.db_pages() == 0 {
+            wasmkeep_store::erase(&*node.bucket, &node.keys, actor, &writer, &config).await
+        } else {
+            wasmkeep_store::replace(&*node.bucket, &node.keys, actor, &writer, &config, image).await
+        };
+        replaced.map_err(|e| crate::Error::Store(e.to_string()))?;
     }
     let index = node.keys.alarm(actor);
     node.timer.clear(actor);

@@ -159,10 +159,7 @@ async fn activate(node: &Arc<Node>, stub: &Arc<Stub>) -> Result<Active> {
             node: node.node_id.to_string(),
             incarnation: node.peering.lease.incarnation(),
         },
-        wasmkeep_store::StoreConfig {
-            database_bytes_max: node.classes.limits(&actor.class).database_bytes_max,
-            ..node.residents.store_config.clone()
-        },
+        node.store_config(&actor.class),
     )
     .await;
     let mut store = match opened {

@@ -179,7 +179,12 @@ pub struct Residents {
 impl Residents {
     /// `event_time_max` also bounds one statement: no statement outlasts
     /// the event that runs it.
-    pub(crate) fn new(actors_max: usize, event_time_max: Duration, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(
+        actors_max: usize,
+        event_time_max: Duration,
+        metrics: Arc<Metrics>,
+        clock: Arc<dyn wasmkeep_cluster::clock::Clock>,
+    ) -> Self {
         let defaults = StoreConfig::default();
         Self {
             map: Mutex::new(ActorMap::default()),
@@ -188,6 +193,7 @@ impl Residents {
             metrics,
             store_config: StoreConfig {
                 statement_time_max: defaults.statement_time_max.min(event_time_max),
+                clock,
                 ..defaults
             },
         }

@@ -107,6 +107,16 @@ pub async fn open_reader(
     keys: Keys,
     actor: &ActorId,
 ) -> Result<Option<ActorStore>> {
+    open_reader_at(bucket, keys, actor, None).await
+}
+
+/// As [`open_reader`], or the state as it was at `at_ms` (ADR 0076).
+pub async fn open_reader_at(
+    bucket: Arc<dyn Bucket>,
+    keys: Keys,
+    actor: &ActorId,
+    at_ms: Option<i64>,
+) -> Result<Option<ActorStore>> {
     let store_error = |e: wasmkeep_store::Error| Error::Store(format!("actor {actor}: {e}"));
     if !ActorStore::exists(&*bucket, &keys, actor)
         .await
@@ -119,10 +129,11 @@ pub async fn open_reader(
         database_bytes_max: u64::MAX / 2,
         ..StoreConfig::default()
     };
-    ActorStore::open_reader(bucket, keys, actor.clone(), config)
-        .await
-        .map(Some)
-        .map_err(store_error)
+    let opened = match at_ms {
+        Some(at_ms) => ActorStore::open_reader_at(bucket, keys, actor.clone(), config, at_ms).await,
+        None => ActorStore::open_reader(bucket, keys, actor.clone(), config).await,
+    };
+    opened.map(Some).map_err(store_error)
 }
 
 /// A value as a table cell: text as it is, a blob as `x'…'` (SQL's

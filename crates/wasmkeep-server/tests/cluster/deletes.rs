@@ -22,7 +22,12 @@ pub async fn the_holder_deletes_a_resident_actor_and_any_node_an_unheld_one(
 }
 
 /// The count `actor` answers through node `i` after one more increment.
-async fn increment(c: &Cluster, i: usize, actor: &str, deadline: Instant) -> anyhow::Result<u64> {
+pub async fn increment(
+    c: &Cluster,
+    i: usize,
+    actor: &str,
+    deadline: Instant,
+) -> anyhow::Result<u64> {
     c.send_retrying(i, "POST", &format!("/{actor}/increment"), deadline)
         .await?
         .count()
@@ -35,7 +40,7 @@ async fn deleted_by(c: &Cluster, i: usize) -> anyhow::Result<f64> {
 }
 
 /// Whether some node holds `actor` (a valid hold).
-async fn held(c: &Cluster, actor: &str) -> anyhow::Result<bool> {
+pub async fn held(c: &Cluster, actor: &str) -> anyhow::Result<bool> {
     let row = c.cli(&["actor", "inspect", actor, "--json"]).await?;
     let row: serde_json::Value = serde_json::from_str(&row)?;
     Ok(row["hold_valid"].as_bool() == Some(true))

@@ -20,6 +20,7 @@ mod moves;
 mod node_list;
 mod outbound;
 mod requests;
+mod restore;
 mod signing;
 mod traces;
 #[path = "../common/upstream.rs"]
@@ -168,4 +169,8 @@ plain_and_tls!(
 plain_and_tls!(
     the_holder_deletes_a_resident_actor_and_any_node_an_unheld_one => crate::deletes::the_holder_deletes_a_resident_actor_and_any_node_an_unheld_one,
     crate::BucketKind::Folder
+);
+plain_and_tls!(
+    an_actor_goes_back_in_time_while_clients_write => crate::restore::an_actor_goes_back_in_time_while_clients_write,
+    crate::BucketKind::SeaweedFs
 );

@@ -133,7 +133,8 @@ pub struct Cluster {
 
 /// The `--data-dir` of every node: the compiled-component cache, shared by
 /// all tests so each guest compiles once.
-fn data_dir() -> PathBuf {
+/// Where deploys compile components (shared by every cluster test).
+pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wasmkeep-cluster-tests-cache")
 }
 

@@ -169,6 +169,15 @@ pub enum ActorCommand {
         /// With --write: how long to wait for the result.
         #[arg(long, default_value = "60s")]
         timeout: String,
+        /// Without --write: read the actor as it was at this instant
+        /// (RFC 3339, or a duration ago such as `-10m`; ADR 0076).
+        #[arg(
+            long,
+            value_name = "TIME",
+            allow_hyphen_values = true,
+            conflicts_with = "write"
+        )]
+        at: Option<String>,
         #[command(flatten)]
         view: ViewArgs,
     },
@@ -179,6 +188,53 @@ pub enum ActorCommand {
         actor: String,
         /// The file to create (an existing one is left alone).
         file: std::path::PathBuf,
+        /// The database as it was at this instant (RFC 3339, or a
+        /// duration ago such as `-10m`; ADR 0076).
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        at: Option<String>,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// The instants the actor's data can be restored to: every record and
+    /// snapshot of its log with its time, size and writer (ADR 0076).
+    History {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// Puts the actor's data back as it was at an instant (ADR 0076): the
+    /// database of that instant becomes the newest state, as `actor import
+    /// --replace` puts a file (its holder hands it over, requests wait;
+    /// the node carries it out at its next heartbeat). Nothing in between
+    /// is lost: the state before the restore stays restorable.
+    Restore {
+        /// TENANT/CLASS/NAME
+        actor: String,
+        /// RFC 3339 (`2026-12-08T10:00:00Z`, an offset allowed), or a
+        /// duration ago (`-10m`, `-2h`, `-1d`).
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        at: String,
+        /// How long to wait for the node's answer.
+        #[arg(long, default_value = "60s")]
+        timeout: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
+    /// A new actor with the database an actor had at an instant (now by
+    /// default); the new actor must have no data (ADR 0076).
+    Fork {
+        /// TENANT/CLASS/NAME to copy from
+        actor: String,
+        /// TENANT/CLASS/NAME to create (the same class, or another that
+        /// reads the same tables)
+        new: String,
+        /// RFC 3339, or a duration ago (`-10m`); default: now.
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        at: Option<String>,
+        /// How long to wait for the node's answer.
+        #[arg(long, default_value = "60s")]
+        timeout: String,
         #[command(flatten)]
         view: ViewArgs,
     },
@@ -417,6 +473,12 @@ pub struct DeployArgs {
     /// 10 GiB; at least 65536). Redeploying changes it.
     #[arg(long)]
     pub database_max_bytes: Option<u64>,
+    /// How far back the class's actors can be restored (`actor restore`,
+    /// `actor fork`): the log keeps what rebuilds any instant this long
+    /// ago (default 7d; 0 keeps only the present; at most 366d). The
+    /// bucket holds every write of the window. Redeploying changes it.
+    #[arg(long, value_name = "DURATION")]
+    pub retention: Option<String>,
     /// Where the class's actors may send HTTP requests: HOST[:PORT]
     /// (`api.example.com`, `*.example.com`, `*`, `127.0.0.1:8080`,
     /// `10.0.0.0/8`; without a port only 80/443), repeatable. Nothing
@@ -432,7 +494,40 @@ pub fn parse_actor(text: &str) -> anyhow::Result<wasmkeep_types::ActorId> {
         .with_context(|| format!("{text:?} is not an actor id (TENANT/CLASS/NAME)"))
 }
 
-/// Parses `250ms`, `3s`, `2m`, `1h`; a bare number is seconds.
+/// An instant given on the command line, in wall-clock milliseconds: RFC
+/// 3339 with any offset (`2026-12-08T10:00:00.250+01:00`), or a duration
+/// before `now_ms` (`-10m`). An instant after `now_ms` is refused.
+pub fn parse_instant(text: &str, now_ms: i64) -> anyhow::Result<i64> {
+    let text = text.trim();
+    let at_ms = match text.strip_prefix('-') {
+        Some(ago) => {
+            let ago = parse_duration(ago).with_context(|| format!("{text:?}"))?;
+            let ago = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
+            now_ms.saturating_sub(ago)
+        }
+        None => chrono::DateTime::parse_from_rfc3339(text)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{text:?} is not an instant ({e}): use RFC 3339 (2026-12-08T10:00:00Z) or a duration ago (-10m)"
+                )
+            })?
+            .timestamp_millis(),
+    };
+    if at_ms > now_ms {
+        bail!("{text:?} is in the future");
+    }
+    Ok(at_ms)
+}
+
+/// Wall-clock milliseconds as RFC 3339 in UTC, to the millisecond.
+pub fn instant_text(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || format!("{ms} ms"),
+        |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    )
+}
+
+/// Parses `250ms`, `3s`, `2m`, `1h`, `7d`; a bare number is seconds.
 pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let text = text.trim();
     let split = text
@@ -447,7 +542,8 @@ pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
         "" | "s" => value,
         "m" => value * 60.0,
         "h" => value * 3600.0,
-        other => bail!("duration {text:?}: unknown unit {other:?} (use ms, s, m or h)"),
+        "d" => value * 86_400.0,
+        other => bail!("duration {text:?}: unknown unit {other:?} (use ms, s, m, h or d)"),
     };
     if !seconds.is_finite() || seconds < 0.0 {
         bail!("duration {text:?} is out of range");
@@ -460,6 +556,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn instants_parse_as_rfc_3339_or_a_duration_ago_and_never_in_the_future() {
+        let now = parse_instant("2026-11-30T00:00:00Z", i64::MAX).expect("now");
+        assert_eq!(now, 1_795_996_800_000);
+        let at = parse_instant("2026-11-29T10:00:00.250Z", now).expect("utc");
+        assert_eq!(instant_text(at), "2026-11-29T10:00:00.250Z");
+        let offset = parse_instant("2026-11-29T11:00:00.250+01:00", now).expect("offset");
+        assert_eq!(offset, at);
+        assert_eq!(parse_instant("-10m", now).expect("ago"), now - 600_000);
+        assert_eq!(parse_instant("-1d", now).expect("ago"), now - 86_400_000);
+        for bad in [
+            "yesterday",
+            "2026-11-29",
+            "2026-11-29 10:00",
+            "-soon",
+            "2027-01-01T00:00:00Z",
+        ] {
+            assert!(parse_instant(bad, now).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn durations_parse_with_units() {
         assert_eq!(parse_duration("3s").expect("3s"), Duration::from_secs(3));
         assert_eq!(
@@ -468,7 +585,12 @@ mod tests {
         );
         assert_eq!(parse_duration("2m").expect("m"), Duration::from_secs(120));
         assert_eq!(parse_duration("5").expect("bare"), Duration::from_secs(5));
+        assert_eq!(
+            parse_duration("7d").expect("d"),
+            Duration::from_secs(7 * 86_400)
+        );
         assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("-3s").is_err());
         assert!(parse_duration("3 weeks").is_err());
     }
 }

@@ -12,25 +12,40 @@ use anyhow::{Context, bail};
 use wasmkeep_store::ActorStore;
 use wasmkeep_types::ActorId;
 
-use super::args::{ViewArgs, parse_actor, parse_duration};
+use wasmkeep_cluster::clock::Clock as _;
+
+use super::args::{ViewArgs, parse_actor, parse_duration, parse_instant};
 use super::dev::write_stdout;
 use super::views::{json_text, open_view, table};
 use crate::ops::survey;
 
-/// Opens the actor's state for reading; an actor with nothing in the
-/// bucket is an error.
-async fn restore(actor: &str, view: &ViewArgs) -> anyhow::Result<(ActorId, ActorStore)> {
+/// Opens the actor's state for reading, as it is or as it was at `at`
+/// (`--at`, ADR 0076); an actor with nothing in the bucket is an error.
+pub(super) async fn restore(
+    actor: &str,
+    at: Option<&str>,
+    view: &ViewArgs,
+) -> anyhow::Result<(ActorId, ActorStore)> {
     let actor = parse_actor(actor)?;
+    let at_ms = at
+        .map(|at| parse_instant(at, wasmkeep_cluster::clock::SystemClock.wall_ms()))
+        .transpose()
+        .context("--at")?;
     let (bucket, keys, _) = open_view(view).await?;
-    let store = survey::open_reader(bucket, keys, &actor)
+    let store = survey::open_reader_at(bucket, keys, &actor, at_ms)
         .await
         .with_context(|| format!("restoring actor {actor}"))?
         .ok_or_else(|| anyhow::anyhow!("actor {actor} has nothing in the bucket"))?;
     Ok((actor, store))
 }
 
-pub(super) async fn actor_sql(actor: &str, statement: &str, view: ViewArgs) -> anyhow::Result<()> {
-    let (actor, mut store) = restore(actor, &view).await?;
+pub(super) async fn actor_sql(
+    actor: &str,
+    statement: &str,
+    at: Option<&str>,
+    view: ViewArgs,
+) -> anyhow::Result<()> {
+    let (actor, mut store) = restore(actor, at, &view).await?;
     let rows = store
         .query(statement, &[])
         .map_err(|e| anyhow::anyhow!("actor {actor}: {}", e.message))?;
@@ -105,7 +120,7 @@ type RequestKey =
 /// other commands left unread are swept first. On a timeout the request is
 /// withdrawn if no node took it yet; one that did may still carry it out,
 /// once. A result with an `error` is an error: the node wrote nothing.
-async fn ask(
+pub(super) async fn ask(
     bucket: &dyn wasmkeep_bucket::Bucket,
     keys: &wasmkeep_types::Keys,
     actor: &ActorId,
@@ -230,8 +245,13 @@ fn json_cell(value: &serde_json::Value) -> String {
     }
 }
 
-pub(super) async fn actor_export(actor: &str, file: &Path, view: ViewArgs) -> anyhow::Result<()> {
-    let (actor, store) = restore(actor, &view).await?;
+pub(super) async fn actor_export(
+    actor: &str,
+    file: &Path,
+    at: Option<&str>,
+    view: ViewArgs,
+) -> anyhow::Result<()> {
+    let (actor, store) = restore(actor, at, &view).await?;
     let image = store.database_image();
     let mut out = std::fs::OpenOptions::new()
         .write(true)

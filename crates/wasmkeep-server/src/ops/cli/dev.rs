@@ -49,7 +49,15 @@ pub(super) async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     })?;
     let allow =
         wasmkeep_types::outbound::AllowList::parse(args.allow_outbound.iter().map(String::as_str))?;
-    let limits = classes::ClassLimits::new(args.database_max_bytes)?.with_allow_outbound(allow);
+    let retention = args
+        .retention
+        .as_deref()
+        .map(super::args::parse_duration)
+        .transpose()
+        .context("--retention")?;
+    let limits = classes::ClassLimits::new(args.database_max_bytes)?
+        .with_retention(retention)?
+        .with_allow_outbound(allow);
     let digest =
         classes::deploy(&*bucket, &Keys::new(&app), &class, bytes, limits, &runtime).await?;
     write_stdout(&format!("{class} {digest}\n"));

@@ -20,6 +20,7 @@ mod control;
 mod data;
 mod dev;
 pub(crate) mod new;
+mod past;
 mod views;
 
 pub use args::{
@@ -116,19 +117,40 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             actor,
             statement,
             write: false,
+            at,
             view,
             ..
-        }) => actor_sql(&actor, &statement, view).await,
+        }) => actor_sql(&actor, &statement, at.as_deref(), view).await,
         Command::Actor(ActorCommand::Sql {
             actor,
             statement,
             write: true,
             timeout,
             view,
+            ..
         }) => actor_sql_write(&actor, &statement, &timeout, view).await,
-        Command::Actor(ActorCommand::Export { actor, file, view }) => {
-            actor_export(&actor, &file, view).await
+        Command::Actor(ActorCommand::Export {
+            actor,
+            file,
+            at,
+            view,
+        }) => actor_export(&actor, &file, at.as_deref(), view).await,
+        Command::Actor(ActorCommand::History { actor, view }) => {
+            past::actor_history(&actor, view).await
         }
+        Command::Actor(ActorCommand::Restore {
+            actor,
+            at,
+            timeout,
+            view,
+        }) => past::actor_restore(&actor, &at, &timeout, view).await,
+        Command::Actor(ActorCommand::Fork {
+            actor,
+            new,
+            at,
+            timeout,
+            view,
+        }) => past::actor_fork(&actor, &new, at.as_deref(), &timeout, view).await,
         Command::Actor(ActorCommand::Import {
             actor,
             file,

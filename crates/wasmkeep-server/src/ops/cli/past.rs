@@ -1,0 +1,161 @@
+//! An actor's past (ADR 0076): `actor history` lists the instants its log
+//! can rebuild, `actor restore` puts the database of one of them back as
+//! the newest state, and `actor fork` makes a new actor of it. Restore and
+//! fork rebuild the database in this process from the bucket (as `actor
+//! export --at` does), check it as `actor import` checks a file, and ask
+//! for its import: the node that holds the actor, or any, carries it out
+//! at its next heartbeat (ADR 0069), so a restore fences the holder and
+//! hands the actor over like a move.
+
+use anyhow::Context;
+use wasmkeep_cluster::clock::{Clock as _, SystemClock};
+use wasmkeep_store::ActorStore;
+use wasmkeep_types::Keys;
+
+use super::args::{ViewArgs, instant_text, parse_actor, parse_duration, parse_instant};
+use super::data::{ask, restore};
+use super::dev::write_stdout;
+use super::views::{json_text, open_view, table};
+
+pub(super) async fn actor_history(actor: &str, view: ViewArgs) -> anyhow::Result<()> {
+    let actor = parse_actor(actor)?;
+    let (bucket, keys, _) = open_view(&view).await?;
+    let entries = ActorStore::history(&*bucket, &keys, &actor)
+        .await
+        .with_context(|| format!("reading the log of actor {actor}"))?;
+    if entries.is_empty() {
+        anyhow::bail!("actor {actor} has nothing in the bucket");
+    }
+    let oldest = oldest_instant(&entries);
+    if view.json {
+        let rows: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "seq": e.seq,
+                    "kind": if e.snapshot { "snapshot" } else { "record" },
+                    "time_ms": e.time_ms,
+                    "time": instant_text(e.time_ms),
+                    "bytes": e.bytes,
+                    "node": e.node,
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "actor": actor.to_string(),
+            "restorable_from_ms": oldest,
+            "entries": rows,
+        });
+        write_stdout(&json_text(&out)?);
+        return Ok(());
+    }
+    let cells: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.seq.to_string(),
+                if e.snapshot { "snapshot" } else { "record" }.to_owned(),
+                instant_text(e.time_ms),
+                e.bytes.to_string(),
+                e.node.clone(),
+            ]
+        })
+        .collect();
+    write_stdout(&table(&["SEQ", "KIND", "TIME", "BYTES", "NODE"], &cells));
+    let bytes: u64 = entries.iter().map(|e| e.bytes).sum();
+    eprintln!(
+        "actor {actor}: restorable from {} to now ({} objects, {bytes} bytes)",
+        oldest.map_or_else(|| "its first write".to_owned(), instant_text),
+        entries.len()
+    );
+    Ok(())
+}
+
+/// The oldest instant the log rebuilds: its beginning while the first
+/// record is there (`None`), else the oldest snapshot's time.
+fn oldest_instant(entries: &[wasmkeep_store::HistoryEntry]) -> Option<i64> {
+    if entries.first().is_some_and(|e| e.seq == 1 && !e.snapshot) {
+        return None;
+    }
+    entries
+        .iter()
+        .filter(|e| e.snapshot)
+        .map(|e| e.time_ms)
+        .min()
+}
+
+pub(super) async fn actor_restore(
+    actor: &str,
+    at: &str,
+    timeout: &str,
+    view: ViewArgs,
+) -> anyhow::Result<()> {
+    put_back(actor, Some(at), actor, true, timeout, view).await
+}
+
+pub(super) async fn actor_fork(
+    actor: &str,
+    new: &str,
+    at: Option<&str>,
+    timeout: &str,
+    view: ViewArgs,
+) -> anyhow::Result<()> {
+    let (from, to) = (parse_actor(actor)?, parse_actor(new)?);
+    if from == to {
+        anyhow::bail!("a fork needs a new actor id, not {from} again (to go back: actor restore)");
+    }
+    put_back(actor, at, new, false, timeout, view).await
+}
+
+/// Rebuilds `from` at `at` (now without it) and imports it into `to`,
+/// replacing `to`'s data or only into an actor without data.
+async fn put_back(
+    from: &str,
+    at: Option<&str>,
+    to: &str,
+    replace: bool,
+    timeout: &str,
+    view: ViewArgs,
+) -> anyhow::Result<()> {
+    let timeout = parse_duration(timeout).context("--timeout")?;
+    let to = parse_actor(to)?;
+    let at_ms = at
+        .map(|at| parse_instant(at, SystemClock.wall_ms()))
+        .transpose()
+        .context("--at")?;
+    let (from, store) = restore(from, at, &view).await?;
+    let image = store.database_image();
+    drop(store);
+    let (bucket, keys, _) = open_view(&view).await?;
+    let bytes_max = crate::actor::classes::current(&*bucket, &keys, &to.class)
+        .await?
+        .map_or(u64::MAX, |current| current.limits.database_bytes_max);
+    let what = at_ms.map_or_else(
+        || format!("actor {from}"),
+        |ms| format!("actor {from} at {}", instant_text(ms)),
+    );
+    if image.is_empty() {
+        anyhow::bail!("{what} had no data (nothing was written; to empty an actor: actor delete)");
+    }
+    wasmkeep_store::Image::from_file(&image, bytes_max, None)
+        .map_err(|e| anyhow::anyhow!("{what} cannot go into {to}: {e}; nothing was written"))?;
+    let result = ask(
+        &*bucket,
+        &keys,
+        &to,
+        (Keys::import_key, Keys::import_result_key),
+        crate::peering::imports::request_body(replace, &image),
+        timeout,
+    )
+    .await?;
+    if view.json {
+        write_stdout(&json_text(&result)?);
+        return Ok(());
+    }
+    let verb = if replace { "restored" } else { "forked" };
+    eprintln!(
+        "wasmkeep: actor {to}: {verb} from {what} ({} bytes)",
+        image.len()
+    );
+    Ok(())
+}
