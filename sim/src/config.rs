@@ -91,6 +91,9 @@ pub struct SimConfig {
     /// time (`truth::ALARM_LATE`): only for runs without clock skew and
     /// without faults that may delay an alarm that long.
     pub alarm_lateness_max: Option<Duration>,
+    /// The counter class's retention window (ADR 0076): zero deletes all a
+    /// snapshot covers; a window keeps the log of its length (virtual time).
+    pub retention: Duration,
 }
 
 /// The operator's actions, drawn from the seed, as `wasmkeep node drain`,
@@ -176,6 +179,7 @@ impl Default for SimConfig {
             alarm_sweep_period: Duration::from_secs(30),
             operator: OperatorConfig::none(),
             alarm_lateness_max: None,
+            retention: Duration::ZERO,
         }
     }
 }
@@ -296,7 +300,7 @@ fn swarm(seed: u64) -> SimConfig {
         forward_loss_probability: rng.random_range(0.0..0.1),
         ..FaultConfig::default()
     };
-    SimConfig {
+    let config = SimConfig {
         seed,
         nodes: rng.random_range(2..=7),
         actors: rng.random_range(1..=64),
@@ -308,6 +312,12 @@ fn swarm(seed: u64) -> SimConfig {
         faults,
         operator,
         ..SimConfig::default()
+    };
+    // Drawn last, so the shapes drawn before it stay those of earlier seeds.
+    let retention = [0, 2, 30, 7 * 86_400][rng.random_range(0..4)];
+    SimConfig {
+        retention: Duration::from_secs(retention),
+        ..config
     }
 }
 

@@ -447,6 +447,15 @@ pub fn run(config: &SimConfig) -> Result<SimReport, Error> {
 /// Deploys the built-in counter class, as `wasmkeep deploy` would.
 async fn deploy(world: &World) {
     let class = ClassName::new("counter").expect("a valid class name");
+    let limits = match wasmkeep_server::actor::classes::ClassLimits::default()
+        .with_retention(Some(world.config.retention))
+    {
+        Ok(limits) => limits,
+        Err(e) => {
+            world.log(format!("deploy failed: {e}"));
+            return;
+        }
+    };
     let bucket = node::checker_bucket(&world.root);
     let engine = guest::SimEngine::new(Arc::new(guest::GuestContext {
         node_name: "deploy".into(),
@@ -460,7 +469,7 @@ async fn deploy(world: &World) {
         &world.keys,
         &class,
         guest::COUNTER_CLASS_BYTES.to_vec(),
-        wasmkeep_server::actor::classes::ClassLimits::default(),
+        limits,
         &engine,
     )
     .await

@@ -170,14 +170,21 @@ async fn main() -> Result<()> {
         Ok(())
     })
     .await?;
-    println!("activation of the newest state (open)           {}", ms(open));
+    println!(
+        "activation of the newest state (open)           {}",
+        ms(open)
+    );
     let history = timed(|| async {
         let entries = ActorStore::history(&*bucket, &keys, &actor).await?;
         anyhow::ensure!(entries.len() as u64 > records);
         Ok(())
     })
     .await?;
-    println!("history ({} objects read)                  {}", records + 2, ms(history));
+    println!(
+        "history ({} objects read)                  {}",
+        records + 2,
+        ms(history)
+    );
     Ok(())
 }
 
