@@ -4,6 +4,7 @@
 //! heap trim. Never on an event's path except to count it.
 
 pub mod admin;
+pub mod backup;
 pub mod cli;
 pub mod console;
 pub mod counting;

@@ -4,7 +4,9 @@
 //! nothing else fails), and later increments count from the restored
 //! value; an actor nobody holds is restored by a node that acquires it;
 //! `actor fork` makes a new actor of an instant; `actor history` lists the
-//! instants; an instant outside a class's window is refused by name.
+//! instants; a backup to another bucket is incremental and an actor deleted
+//! at the source comes back from it; an instant outside a class's window is
+//! refused by name.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -211,6 +213,48 @@ async fn restore_body(c: &mut Cluster) -> anyhow::Result<()> {
         increment(c, 1, idle, deadline).await? == 4,
         "counts on from the restored 3"
     );
+
+    // A backup to another bucket (another prefix of the S3 server), twice:
+    // the second copies what is new; then the actor is deleted at the
+    // source and comes back from the backup.
+    let kept = "t/counter/kept";
+    for i in 0..5 {
+        increment(c, i % 2, kept, deadline).await?;
+    }
+    let backup_url = format!("{}-backup", c.bucket_url());
+    let backup = async || -> anyhow::Result<serde_json::Value> {
+        Ok(serde_json::from_str(
+            &c.cli(&["backup", "--to", &backup_url, "--json"]).await?,
+        )?)
+    };
+    let first = backup().await?;
+    let (kept_at, _) = instant().await?;
+    for i in 0..3 {
+        increment(c, i % 2, kept, deadline).await?;
+    }
+    let second = backup().await?;
+    let copied = |b: &serde_json::Value| b["objects"].as_u64().unwrap_or(0);
+    ensure!(
+        copied(&second) >= 3
+            && copied(&second) < copied(&first)
+            && second["skipped"].as_u64() > Some(0),
+        "the second backup copies the new records only: first {first}, second {second}"
+    );
+    c.cli(&["actor", "delete", kept, "--wait"]).await?;
+    ensure!(value(c, 0, kept, deadline).await? == 0, "deleted");
+    c.cli(&[
+        "actor",
+        "restore",
+        kept,
+        "--at",
+        &kept_at,
+        "--from",
+        &backup_url,
+    ])
+    .await?;
+    let back = value(c, 1, kept, deadline).await?;
+    ensure!(back == 5, "restored from the backup to {back}, not 5");
+    eprintln!("backups: first {first}, second {second}");
 
     // A class whose window is a second: its old instants are gone, and a
     // restore to one is refused by name and changes nothing.

@@ -70,6 +70,19 @@ pub enum Command {
         #[arg(default_value = ".")]
         dir: std::path::PathBuf,
     },
+    /// Copies the app's actors (log records and snapshots), alarms,
+    /// classes, secrets and tenant tokens to another bucket, incrementally:
+    /// what the destination has of the log is skipped, nothing there is
+    /// deleted, nothing of the source is written (ADR 0076). Read the
+    /// backup with `--bucket URL` (`actor history`, `actor sql --at`) or
+    /// `actor restore --from URL`.
+    Backup {
+        /// The destination (file:///abs/path, s3://bucket/prefix).
+        #[arg(long, value_name = "URL")]
+        to: String,
+        #[command(flatten)]
+        view: ViewArgs,
+    },
     /// The app's secrets (ADR 0016).
     #[command(subcommand)]
     Secret(crate::ops::admin::SecretCommand),
@@ -215,6 +228,10 @@ pub enum ActorCommand {
         /// duration ago (`-10m`, `-2h`, `-1d`).
         #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
         at: String,
+        /// Read the instant from this backup (`wasmkeep backup --to`)
+        /// instead of the bucket.
+        #[arg(long, value_name = "URL")]
+        from: Option<String>,
         /// How long to wait for the node's answer.
         #[arg(long, default_value = "60s")]
         timeout: String,
@@ -232,6 +249,9 @@ pub enum ActorCommand {
         /// RFC 3339, or a duration ago (`-10m`); default: now.
         #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
         at: Option<String>,
+        /// Read the instant from this backup instead of the bucket.
+        #[arg(long, value_name = "URL")]
+        from: Option<String>,
         /// How long to wait for the node's answer.
         #[arg(long, default_value = "60s")]
         timeout: String,

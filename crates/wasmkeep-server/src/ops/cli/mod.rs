@@ -141,16 +141,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Actor(ActorCommand::Restore {
             actor,
             at,
+            from,
             timeout,
             view,
-        }) => past::actor_restore(&actor, &at, &timeout, view).await,
+        }) => past::actor_restore(&actor, &at, from.as_deref(), &timeout, view).await,
         Command::Actor(ActorCommand::Fork {
             actor,
             new,
             at,
+            from,
             timeout,
             view,
-        }) => past::actor_fork(&actor, &new, at.as_deref(), &timeout, view).await,
+        }) => past::actor_fork(&actor, &new, at.as_deref(), from.as_deref(), &timeout, view).await,
+        Command::Backup { to, view } => past::backup(&to, view).await,
         Command::Actor(ActorCommand::Import {
             actor,
             file,

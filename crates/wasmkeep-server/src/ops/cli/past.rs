@@ -5,7 +5,8 @@
 //! export --at` does), check it as `actor import` checks a file, and ask
 //! for its import: the node that holds the actor, or any, carries it out
 //! at its next heartbeat (ADR 0069), so a restore fences the holder and
-//! hands the actor over like a move.
+//! hands the actor over like a move. `backup` copies the app to another
+//! bucket (`ops::backup`), which restore and fork read with `--from`.
 
 use anyhow::Context;
 use wasmkeep_cluster::clock::{Clock as _, SystemClock};
@@ -87,31 +88,67 @@ fn oldest_instant(entries: &[wasmkeep_store::HistoryEntry]) -> Option<i64> {
 pub(super) async fn actor_restore(
     actor: &str,
     at: &str,
+    backup: Option<&str>,
     timeout: &str,
     view: ViewArgs,
 ) -> anyhow::Result<()> {
-    put_back(actor, Some(at), actor, true, timeout, view).await
+    let from = Past {
+        actor,
+        at: Some(at),
+        backup,
+    };
+    put_back(from, actor, true, timeout, view).await
 }
 
 pub(super) async fn actor_fork(
     actor: &str,
     new: &str,
     at: Option<&str>,
+    backup: Option<&str>,
     timeout: &str,
     view: ViewArgs,
 ) -> anyhow::Result<()> {
-    let (from, to) = (parse_actor(actor)?, parse_actor(new)?);
-    if from == to {
-        anyhow::bail!("a fork needs a new actor id, not {from} again (to go back: actor restore)");
+    if parse_actor(actor)? == parse_actor(new)? && backup.is_none() {
+        anyhow::bail!("a fork needs a new actor id, not {actor} again (to go back: actor restore)");
     }
-    put_back(actor, at, new, false, timeout, view).await
+    put_back(Past { actor, at, backup }, new, false, timeout, view).await
 }
 
-/// Rebuilds `from` at `at` (now without it) and imports it into `to`,
-/// replacing `to`'s data or only into an actor without data.
+/// `wasmkeep backup --to URL` ([`crate::ops::backup`]).
+pub(super) async fn backup(to: &str, view: ViewArgs) -> anyhow::Result<()> {
+    let (source, keys, _) = open_view(&view).await?;
+    let destination = wasmkeep_bucket::open(to)
+        .await
+        .with_context(|| format!("opening the backup bucket {to}"))?;
+    let started = std::time::Instant::now();
+    let copied = crate::ops::backup::backup(&*source, &*destination, &keys).await?;
+    if view.json {
+        write_stdout(&json_text(&copied)?);
+        return Ok(());
+    }
+    eprintln!(
+        "wasmkeep: backed up to {to} in {:.1} s: {} objects copied ({} bytes), {} of the log already there, {} compacted away meanwhile",
+        started.elapsed().as_secs_f64(),
+        copied.objects,
+        copied.bytes,
+        copied.skipped,
+        copied.vanished
+    );
+    Ok(())
+}
+
+/// An actor's state to put back: the actor, the instant (now without
+/// one), and the backup it is read from (the bucket without one).
+struct Past<'a> {
+    actor: &'a str,
+    at: Option<&'a str>,
+    backup: Option<&'a str>,
+}
+
+/// Rebuilds `from` and imports it into `to`, replacing `to`'s data or only
+/// into an actor without data.
 async fn put_back(
-    from: &str,
-    at: Option<&str>,
+    from: Past<'_>,
     to: &str,
     replace: bool,
     timeout: &str,
@@ -119,11 +156,22 @@ async fn put_back(
 ) -> anyhow::Result<()> {
     let timeout = parse_duration(timeout).context("--timeout")?;
     let to = parse_actor(to)?;
-    let at_ms = at
+    let at_ms = from
+        .at
         .map(|at| parse_instant(at, SystemClock.wall_ms()))
         .transpose()
         .context("--at")?;
-    let (from, store) = restore(from, at, &view).await?;
+    let read_view = ViewArgs {
+        bucket: from.backup.unwrap_or(&view.bucket).to_owned(),
+        app: view.app.clone(),
+        lease_ttl: view.lease_ttl.clone(),
+        json: view.json,
+    };
+    let (from_id, store) = restore(from.actor, from.at, &read_view).await?;
+    let from = match from.backup {
+        Some(url) => format!("{from_id} in {url}"),
+        None => from_id.to_string(),
+    };
     let image = store.database_image();
     drop(store);
     let (bucket, keys, _) = open_view(&view).await?;
