@@ -251,7 +251,8 @@ pub fn error_response(error: &Error) -> HttpResponse {
 
 async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<HttpResponse> {
     let route = route(req.uri().path(), req.uri().query())?;
-    if !matches!(route, Route::Actor { .. })
+    // Test routes (`dev --test-routes`) judge their own methods.
+    if !matches!(route, Route::Actor { .. } | Route::Test { .. })
         && !matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD)
     {
         return Err(Error::MethodNotAllowed {
@@ -286,6 +287,9 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
             return Ok(response);
         }
         Route::Actor { actor, path } => (actor, path),
+        Route::Test { path } => {
+            return crate::front::test_routes::answer(node, req, &path).await;
+        }
     };
     let method = req.method().as_str().to_owned();
     let raw_path = req.uri().path().to_owned();
@@ -380,7 +384,7 @@ async fn actor_request(
 
 /// Reads a request body of at most `limit` bytes, waiting at most
 /// `idle_max` for each next part of it.
-async fn read_body(body: Incoming, limit: usize, idle_max: Duration) -> Result<Vec<u8>> {
+pub(crate) async fn read_body(body: Incoming, limit: usize, idle_max: Duration) -> Result<Vec<u8>> {
     if body.is_end_stream() {
         return Ok(Vec::new());
     }

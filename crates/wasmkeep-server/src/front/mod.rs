@@ -9,6 +9,7 @@ pub mod relay;
 pub mod route;
 pub mod sockets;
 pub mod tenants;
+pub mod test_routes;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
