@@ -13,7 +13,7 @@
 //   await node.advance(60_000);                         // the alarms due by then ran
 //   await node.stop();
 
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
@@ -88,12 +88,10 @@ function isFile(path: string): boolean {
  * component it wrote (`DIR/NAME.wasm`). */
 export function build(dir: string, options: StartOptions = {}): string {
   const bin = options.bin ?? wasmkeepBin();
-  let stderr: string;
-  try {
-    stderr = execFileSync(bin, ['build', dir], { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
-  } catch (e) {
-    const err = e as { stderr?: string; message: string };
-    throw new Error(`wasmkeep build ${dir} failed: ${err.stderr ?? err.message}`);
+  const run = spawnSync(bin, ['build', dir], { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+  const stderr = run.stderr ?? '';
+  if (run.error || run.status !== 0) {
+    throw new Error(`wasmkeep build ${dir} failed (${run.error?.message ?? `exit ${run.status}`}):\n${stderr}`);
   }
   // It says `wasmkeep: built PATH (N bytes)` last.
   const built = stderr
