@@ -3,6 +3,7 @@
 //! node that holds the actor. It asks the node where an actor lives and
 //! hands events to mailboxes; it never writes to the bucket itself.
 
+pub(crate) mod body;
 pub(crate) mod conn;
 pub mod http;
 pub mod relay;

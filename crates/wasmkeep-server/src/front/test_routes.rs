@@ -57,29 +57,13 @@ pub async fn answer(
     let method = req.method().clone();
     let query = req.uri().query().unwrap_or("").to_owned();
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let post = |allow_get: bool| -> Result<()> {
-        let allowed = method == Method::POST || (allow_get && method == Method::GET);
-        if allowed {
-            Ok(())
-        } else {
-            Err(Error::MethodNotAllowed {
-                method: method.to_string(),
-                allow: if allow_get { "GET, POST" } else { "POST" },
-            })
-        }
-    };
     match parts.as_slice() {
         ["clock"] => {
-            if method != Method::GET {
-                return Err(Error::MethodNotAllowed {
-                    method: method.to_string(),
-                    allow: "GET",
-                });
-            }
+            only(&method, &Method::GET)?;
             json(200, &serde_json::json!({ "now_ms": clock.now_ms() }))
         }
         ["clock", "advance"] => {
-            post(false)?;
+            only(&method, &Method::POST)?;
             let ms = query_value(&query, "ms")
                 .ok_or_else(|| Error::BadRequest("clock/advance needs ?ms=N".into()))?;
             let ms: u64 = ms
@@ -100,7 +84,7 @@ pub async fn answer(
             )
         }
         ["classes", class] => {
-            post(false)?;
+            only(&method, &Method::POST)?;
             let class = ClassName::new(decode("class name", class)?)?;
             let body = read_body(node, req, COMPONENT_BYTES_MAX).await?;
             let digest = node.deploy_now(&class, body).await?;
@@ -115,7 +99,7 @@ pub async fn answer(
                 ClassName::new(decode("class name", class)?)?,
                 decode("actor name", name)?,
             )?;
-            actor_op(node, req, &actor, op, &query, post).await
+            actor_op(node, req, &actor, op, &query).await
         }
         _ => Err(Error::NoRoute(format!("/_wasmkeep/test{path}"))),
     }
@@ -127,11 +111,11 @@ async fn actor_op(
     actor: &ActorId,
     op: &str,
     query: &str,
-    post: impl Fn(bool) -> Result<()>,
 ) -> Result<HttpResponse> {
+    let method = req.method().clone();
     match op {
         "alarm" => {
-            post(false)?;
+            only(&method, &Method::POST)?;
             match node.run_alarm_now(actor).await? {
                 AlarmRun::Ran => json(200, &serde_json::json!({ "ran": true })),
                 AlarmRun::NotSet | AlarmRun::NotDue => {
@@ -140,7 +124,7 @@ async fn actor_op(
             }
         }
         "hibernate" => {
-            post(false)?;
+            only(&method, &Method::POST)?;
             node.hibernate(actor).await?;
             Ok(hyper::Response::builder()
                 .status(204)
@@ -148,19 +132,14 @@ async fn actor_op(
                 .expect("a static status is valid"))
         }
         "resident" => {
-            if req.method() != Method::GET {
-                return Err(Error::MethodNotAllowed {
-                    method: req.method().to_string(),
-                    allow: "GET",
-                });
-            }
+            only(&method, &Method::GET)?;
             json(
                 200,
                 &serde_json::json!({ "resident": node.residents.has_stub(actor) }),
             )
         }
         "sql" => {
-            post(false)?;
+            only(&method, &Method::POST)?;
             let write = match query_value(query, "write").as_deref() {
                 None | Some("0") => false,
                 Some("1") => true,
@@ -184,6 +163,21 @@ async fn actor_op(
     }
 }
 
+/// Refuses any method but `allowed` (each route answers one).
+fn only(method: &Method, allowed: &Method) -> Result<()> {
+    if method == allowed {
+        return Ok(());
+    }
+    Err(Error::MethodNotAllowed {
+        method: method.to_string(),
+        allow: if *allowed == Method::GET {
+            "GET"
+        } else {
+            "POST"
+        },
+    })
+}
+
 /// The first value of `name` in a query string.
 fn query_value(query: &str, name: &str) -> Option<String> {
     form_urlencoded::parse(query.as_bytes())
@@ -192,7 +186,7 @@ fn query_value(query: &str, name: &str) -> Option<String> {
 }
 
 async fn read_body(node: &Node, req: hyper::Request<Incoming>, limit: usize) -> Result<Vec<u8>> {
-    super::http::read_body(
+    super::body::read_body(
         req.into_body(),
         limit,
         node.config.limits.body_idle_time_max,
