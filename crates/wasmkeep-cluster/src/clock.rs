@@ -6,6 +6,7 @@
 //! for the freshness window of signed calls, never to judge a lease.
 
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use parking_lot::Mutex;
 use rand::{RngCore, SeedableRng, rngs::StdRng};
@@ -30,6 +31,44 @@ impl Clock for SystemClock {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// A wall clock a test moves (ADR 0073: the test harness and `wasmkeep
+/// dev --test-routes`): the system's wall clock plus what the test added.
+/// Monotonic time (leases, timeouts) is the system's: only the wall clock,
+/// which alarms are set on, is the test's.
+#[derive(Debug, Default)]
+pub struct TestClock {
+    offset_ms: AtomicI64,
+}
+
+impl TestClock {
+    /// Moves the wall clock forward by `by` (it never moves back).
+    pub fn advance(&self, by: std::time::Duration) {
+        let by_ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        let _ = self
+            .offset_ms
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |offset| {
+                Some(offset.saturating_add(by_ms))
+            });
+    }
+
+    /// Milliseconds since the Unix epoch, as the node reads them.
+    pub fn now_ms(&self) -> i64 {
+        self.wall_ms()
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn wall_ms(&self) -> i64 {
+        SystemClock
+            .wall_ms()
+            .saturating_add(self.offset_ms.load(Ordering::SeqCst))
     }
 }
 

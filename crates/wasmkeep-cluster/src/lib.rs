@@ -21,7 +21,7 @@ pub mod signing;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use clock::{Clock, OsRandom, Random, SeededRandom, SystemClock};
+pub use clock::{Clock, OsRandom, Random, SeededRandom, SystemClock, TestClock};
 pub use fenced::{Decision, Fenced, Haste, Outcome, Start, Updated, Versioned};
 pub use lease::{LeaseObserver, NodeLease};
 pub use ownership::{AcquireOutcome, LeaseReturn, Ownership, OwnershipRecord};

@@ -174,6 +174,11 @@ pub struct NodeConfig {
     pub holder: Option<String>,
     /// The web console at `/_wasmkeep/console` (ADR 0067).
     pub console: Console,
+    /// `wasmkeep dev --test-routes` (ADR 0073): the routes under
+    /// `/_wasmkeep/test/` answer, and their `clock/advance` moves this
+    /// clock, which must be the node's (`Platform.clock`). `None`: those
+    /// paths answer 404. Never set by `serve`.
+    pub test_clock: Option<std::sync::Arc<wasmkeep_cluster::TestClock>>,
     pub limits: Limits,
 }
 
@@ -228,6 +233,7 @@ impl NodeConfig {
             guest_error_detail: false,
             holder: None,
             console: Console::Off,
+            test_clock: None,
             limits: Limits::default(),
         }
     }

@@ -1,16 +1,20 @@
 //! Direct operations on one actor of this node, for a test harness
-//! (`wasmkeep-test`, ADR 0073): run its alarm now, run the alarms a moved
-//! clock made due, hibernate it, run an operator's statement in it. Each
-//! goes through the actor's mailbox as the node's own parts do (the
-//! timer, the LRU eviction, `actor sql --write`): nothing here changes
-//! what an event does, only when it is asked for.
+//! (`wasmkeep-test` in its process, `dev --test-routes` over HTTP; ADR
+//! 0073): run its alarm now, run the alarms a moved clock made due,
+//! hibernate it, run an operator's statement in it, read its database,
+//! deploy a class and load it at once. Each goes through the actor's
+//! mailbox as the node's own parts do (the timer, the LRU eviction,
+//! `actor sql --write`) or reads the bucket as `actor sql` does: nothing
+//! here changes what an event does, only when it is asked for.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
-use wasmkeep_types::ActorId;
+use wasmkeep_types::sql::SqlRows;
+use wasmkeep_types::{ActorId, ClassName};
 
+use crate::actor::classes;
 use crate::actor::orders::Job;
 use crate::node::Node;
 use crate::{Error, Result};
@@ -84,7 +88,7 @@ impl Node {
     /// closed, its ownership record released, its stub dropped) and
     /// returns once it left; its next event activates it again from the
     /// bucket. `false`: it was not resident. An open socket keeps an
-    /// actor resident: refused.
+    /// actor resident: refused ([`Error::Conflict`]).
     pub async fn hibernate(&self, actor: &ActorId) -> Result<bool> {
         let mut asks = 0;
         loop {
@@ -97,7 +101,7 @@ impl Node {
             }
             if let Some(stub) = self.residents.live_stub(actor) {
                 if stub.open_sockets() > 0 {
-                    return Err(Error::BadRequest(format!(
+                    return Err(Error::Conflict(format!(
                         "actor {actor} has an open socket: it stays resident until it closes"
                     )));
                 }
@@ -143,5 +147,48 @@ impl Node {
             .map_err(|_| Error::unavailable(format!("actor {actor} left before it answered")))??;
         serde_json::from_slice(&response.body)
             .map_err(|e| Error::Runtime(format!("an operator's statement answered no JSON: {e}")))
+    }
+
+    /// A read-only statement on the actor's database as the bucket holds
+    /// it (every acknowledged write), as `wasmkeep actor sql` runs it:
+    /// nothing of the actor runs and nothing is written. A statement that
+    /// writes, or fails, is [`Error::BadRequest`] with SQLite's message; an
+    /// actor with nothing in the bucket yet is [`Error::NotFound`].
+    pub async fn read_sql(&self, actor: &ActorId, statement: &str) -> Result<SqlRows> {
+        let store =
+            crate::ops::survey::open_reader(Arc::clone(&self.bucket), self.keys.clone(), actor)
+                .await?;
+        let Some(mut store) = store else {
+            return Err(Error::NotFound(format!(
+                "actor {actor} has nothing in the bucket yet"
+            )));
+        };
+        let rows = store
+            .query(statement, &[])
+            .map_err(|e| Error::BadRequest(format!("actor {actor}: {}", e.message)));
+        store.rollback_event();
+        rows
+    }
+
+    /// Deploys a component as `class` (validated and compiled as `wasmkeep
+    /// deploy` does, keeping the class's limits if it was deployed before)
+    /// and loads it here now, not at the next heartbeat; returns its
+    /// digest. Actors switch at their next event.
+    pub async fn deploy_now(&self, class: &ClassName, component: Vec<u8>) -> Result<String> {
+        let limits = classes::current(&*self.bucket, &self.keys, class)
+            .await?
+            .map(|current| current.limits)
+            .unwrap_or_default();
+        let digest = classes::deploy_with(
+            &*self.bucket,
+            &self.keys,
+            class,
+            component,
+            limits,
+            &**self.classes.engine(),
+        )
+        .await?;
+        self.poll_classes().await?;
+        Ok(digest)
     }
 }

@@ -32,6 +32,10 @@ pub enum Error {
     /// The request is malformed in another way (headers, upgrade, body).
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// The actor's state does not allow what was asked (a test route's
+    /// alarm when none is set, a hibernation while a socket is open).
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// The guest trapped, ran out of time or memory during this event.
     #[error("the actor failed on this event: {0}")]
     Guest(String),
@@ -127,6 +131,7 @@ impl Error {
         match self {
             Error::InvalidName(_) | Error::BadRequest(_) | Error::Component(_) => 400,
             Error::Unauthorized(_) => 401,
+            Error::Conflict(_) => 409,
             Error::NoRoute(_) | Error::NotFound(_) | Error::UnknownClass(_) => 404,
             Error::MethodNotAllowed { .. } => 405,
             Error::BodyTooLarge { .. } => 413,
@@ -156,6 +161,7 @@ impl Error {
             Error::BodyTooLarge { .. } => "body_too_large",
             Error::BodyStalled { .. } => "request_timeout",
             Error::BadRequest(_) => "bad_request",
+            Error::Conflict(_) => "conflict",
             Error::Unauthorized(_) => "unauthorized",
             Error::Guest(_) => "guest_failed",
             Error::EventRefused(_) => "event_refused",

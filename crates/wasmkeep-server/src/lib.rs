@@ -13,7 +13,9 @@
 //!   drain, moves, deletes, leftovers, the node id claim, the peer transport.
 //! - [`ops`]: the command line, admin, metrics, counters, descriptors.
 //! - [`direct`]: operations on one actor for a test harness (run its alarm
-//!   now, hibernate it, an operator's statement), through its mailbox.
+//!   now, hibernate it, an operator's statement, a read of its database,
+//!   a deploy loaded at once), through its mailbox; in the harness's
+//!   process, or over `dev --test-routes` (`front::test_routes`).
 //!
 //! Invariants: an actor's events never overlap (only its mailbox task touches
 //! its instance and store); a response or socket write leaves the node only

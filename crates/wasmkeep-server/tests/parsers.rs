@@ -532,6 +532,7 @@ proptest! {
                 prop_assert_eq!(routed(&actor_path(&actor), None), Some((actor, "/".to_owned())));
             }
             Ok(Route::Console { path }) => prop_assert!(path.is_empty() || path.starts_with('/')),
+            Ok(Route::Test { path }) => prop_assert!(path.starts_with('/')),
             Ok(Route::Health | Route::Metrics) => {}
             Err(Error::NoRoute(_) | Error::InvalidName(_)) => {}
             Err(other) => prop_assert!(false, "refused otherwise: {:?}", other),

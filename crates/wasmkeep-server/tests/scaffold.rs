@@ -1,13 +1,14 @@
 //! `wasmkeep new` and `wasmkeep build` (issue 55, ADR 0070): a new project
 //! in either language passes its own test, which builds it with `wasmkeep
-//! build` and asks it over HTTP on a `wasmkeep dev` node; bad names, a
+//! build` and tests it with its language's harness (spawned `wasmkeep dev
+//! --test-routes`, ADR 0075); bad names, a
 //! folder in use and a folder that is no source tree are refused with
 //! nothing written.
 //!
 //! The Rust project builds for wasm32-wasip2 as the guests do (the
 //! suite's guests were built before it runs, so the toolchain is there).
-//! The TypeScript project needs npm and the SDK built (`scripts/build-guests
-//! --js`); without them its test is skipped, unless WASMKEEP_REQUIRE_JS=1
+//! The TypeScript project needs npm, the SDK and the harness built
+//! (`scripts/build-guests --js`); without them its test is skipped, unless WASMKEEP_REQUIRE_JS=1
 //! (CI) makes that a failure.
 
 #![allow(clippy::unwrap_used)]
@@ -43,7 +44,7 @@ fn project_test(program: &str, args: &[&str], dir: &Path, target_dir: Option<&Pa
     command
         .args(args)
         .current_dir(dir)
-        .env("WASMKEEP", common::BIN);
+        .env("WASMKEEP_BIN", common::BIN);
     if let Some(target_dir) = target_dir {
         command.env("CARGO_TARGET_DIR", target_dir);
     }
@@ -121,16 +122,21 @@ fn a_new_rust_project_passes_its_own_test() {
 
 #[test]
 fn a_new_typescript_project_passes_its_own_test() {
-    let sdk = repo().join("sdk/js");
-    let ready = sdk.join("dist").is_dir() && sdk.join("node_modules").is_dir();
-    if !ready {
-        assert!(
-            std::env::var("WASMKEEP_REQUIRE_JS").as_deref() != Ok("1"),
-            "{} is not built: run scripts/build-guests --js",
-            sdk.display()
-        );
-        eprintln!("SKIPPED: the TypeScript SDK is not built (scripts/build-guests --js)");
-        return;
+    // The SDK and the test harness the project links.
+    for sdk in [repo().join("sdk/js"), repo().join("sdk/test")] {
+        let ready = sdk.join("dist").is_dir() && sdk.join("node_modules").is_dir();
+        if !ready {
+            assert!(
+                std::env::var("WASMKEEP_REQUIRE_JS").as_deref() != Ok("1"),
+                "{} is not built: run scripts/build-guests --js",
+                sdk.display()
+            );
+            eprintln!(
+                "SKIPPED: {} is not built (scripts/build-guests --js)",
+                sdk.display()
+            );
+            return;
+        }
     }
     let dir = tempfile::tempdir().unwrap();
     let out = wasmkeep(&["new", "hello-ts", "--lang", "ts"], dir.path());

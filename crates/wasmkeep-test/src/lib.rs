@@ -1,6 +1,6 @@
-//! A test harness for wasmkeep actors (ADR 0073), added as a
-//! dev-dependency: one real node in the test's process, on a memory bucket
-//! and a temporary data folder, with a wall clock the test moves.
+//! A test harness for wasmkeep actors (ADR 0073, ADR 0075), added as a
+//! dev-dependency: one real node on a memory bucket, with a wall clock the
+//! test moves.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), wasmkeep_test::Error> {
@@ -14,54 +14,70 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Requests go straight to the node (what the HTTP front would call), so a
-//! node's refusal is an [`Error::Node`], not a 503 response. Sockets go
-//! through the node's HTTP front on a loopback port, as a browser's would.
-//! Run the tests on a multi-threaded runtime
+//! Two modes, one API ([`TestNode`] is the first when its feature is on):
+//! - [`in_process`] (feature `in-process`, the default): the node runs in
+//!   the test's process; requests go straight to it, so a node's refusal
+//!   is an [`Error::Node`]. A first `cargo test` compiles the whole node.
+//! - [`spawned`] (always there): the harness starts `wasmkeep dev
+//!   --test-routes` (the binary of `WASMKEEP_BIN`, else `wasmkeep` on
+//!   `PATH`) and drives it over HTTP on loopback; a node's refusal is an
+//!   [`Error::Refused`]. A project with `default-features = false` builds
+//!   in seconds.
+//!
+//! [`Error::status`] is the HTTP status a refusal answers with in either
+//! mode. Sockets go through the node's HTTP front on a loopback port, as a
+//! browser's would. Run in-process tests on a multi-threaded runtime
 //! (`#[tokio::test(flavor = "multi_thread")]`).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use wasmkeep_bucket::{Bucket, MemoryBucket};
-use wasmkeep_cluster::Clock;
-use wasmkeep_runtime::{Runtime, RuntimeConfig};
-use wasmkeep_server::actor::classes;
-use wasmkeep_server::{Node, NodeConfig, Platform};
-use wasmkeep_types::{ActorId, AppName, ClassName, NodeId};
 
-pub use wasmkeep_runtime::Message;
-pub use wasmkeep_server::AlarmRun;
+pub use wasmkeep_types::ActorId;
 pub use wasmkeep_types::sql::SqlValue;
+
+#[cfg(feature = "in-process")]
+pub mod in_process;
+pub mod spawned;
+
+#[cfg(feature = "in-process")]
+pub use in_process::{TestActor, TestNode};
+#[cfg(not(feature = "in-process"))]
+pub use spawned::{TestActor, TestNode};
 
 /// What a harness operation can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The node refused or failed the operation (the error the HTTP front
-    /// would turn into a status; `status()` on it says which).
+    /// would turn into a status; [`Error::status`] says which).
+    #[cfg(feature = "in-process")]
     #[error(transparent)]
     Node(#[from] wasmkeep_server::Error),
     /// The guest runtime could not start or load the component.
+    #[cfg(feature = "in-process")]
     #[error(transparent)]
     Runtime(#[from] wasmkeep_runtime::Error),
+    /// A spawned node refused or failed the operation: its HTTP status and
+    /// its error's message.
+    #[error("the node answered {status}: {message}")]
+    Refused { status: u16, message: String },
     /// A name (actor id, class) does not follow wasmkeep's rules.
     #[error(transparent)]
     Name(#[from] wasmkeep_types::Error),
-    /// Reading a component file, making the data folder, binding the
-    /// loopback port.
+    /// Reading a component file, making the data folder, binding or
+    /// reaching the loopback port, starting the binary.
     #[error("{what}: {source}")]
     Io {
         what: String,
         source: std::io::Error,
     },
+    /// The `wasmkeep` binary is missing, or it stopped.
+    #[error("{0}")]
+    Binary(String),
     /// The WebSocket client failed.
     #[error("socket: {0}")]
     Socket(#[from] Box<tungstenite::Error>),
@@ -69,9 +85,23 @@ pub enum Error {
     #[error("{0} did not happen within {1:?}")]
     Timeout(&'static str, Duration),
     /// The answer is not what the call expects (not UTF-8, not one value,
-    /// a binary message where text was asked for, an alarm that was not set).
+    /// a binary message where text was asked for).
     #[error("unexpected: {0}")]
     Unexpected(String),
+}
+
+impl Error {
+    /// The HTTP status of a node's refusal (`409` for an alarm that is not
+    /// set, `400` for a bad statement, ...); `None` for the harness's own
+    /// failures.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            #[cfg(feature = "in-process")]
+            Error::Node(e) => Some(e.status()),
+            Error::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -79,201 +109,62 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// How long a socket read waits before it fails the test.
 pub const SOCKET_RECV_TIME_MAX: Duration = Duration::from_secs(30);
 
-/// How long [`TestNode::stop`] gives the node to hand its actors over.
-const STOP_GRACE: Duration = Duration::from_secs(10);
-
-/// The node's wall clock: the system's, plus what the test added. Alarm
-/// times are wall-clock milliseconds of this clock; the guest's own
-/// clock (`wasi:clocks`) stays the system's, so an alarm a guest sets
-/// "60 s from now" is due once the test advanced 60 s.
-#[derive(Debug, Default)]
-pub struct TestClock {
-    offset_ms: AtomicI64,
-}
-
-impl TestClock {
-    /// Moves the wall clock forward (the node's timer sees it within a
-    /// second; [`TestNode::advance`] also runs the alarms it made due).
-    pub fn advance(&self, by: Duration) {
-        let by_ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
-        self.offset_ms.fetch_add(by_ms, Ordering::SeqCst);
+/// The `wasmkeep` binary the spawned mode and [`build_project`] run:
+/// `WASMKEEP_BIN`, else `wasmkeep` on `PATH`.
+pub fn wasmkeep_bin() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("WASMKEEP_BIN") {
+        let bin = PathBuf::from(bin);
+        if !bin.is_file() {
+            return Err(Error::Binary(format!(
+                "WASMKEEP_BIN is {}, which is not a file",
+                bin.display()
+            )));
+        }
+        return Ok(bin);
     }
-
-    /// Milliseconds since the Unix epoch, as the node reads them.
-    pub fn now_ms(&self) -> i64 {
-        self.wall_ms()
-    }
-}
-
-impl Clock for TestClock {
-    fn now(&self) -> tokio::time::Instant {
-        // Monotonic time (leases, timeouts) is not moved: only the wall
-        // clock is the test's.
-        tokio::time::Instant::now()
-    }
-
-    fn wall_ms(&self) -> i64 {
-        wasmkeep_cluster::SystemClock
-            .wall_ms()
-            .saturating_add(self.offset_ms.load(Ordering::SeqCst))
-    }
-}
-
-/// Where compiled components are kept between test runs (they are keyed
-/// by the component's digest and the engine's version).
-fn default_cache_dir() -> PathBuf {
-    std::env::temp_dir().join("wasmkeep-test-components")
-}
-
-/// One node in the test's process (see the crate's documentation).
-pub struct TestNode {
-    node: Arc<Node>,
-    runtime: Runtime,
-    clock: Arc<TestClock>,
-    addr: SocketAddr,
-    stop_tx: watch::Sender<bool>,
-    // Removed when the node is dropped.
-    _data_dir: tempfile::TempDir,
-}
-
-impl std::fmt::Debug for TestNode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestNode")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
-    }
-}
-
-impl TestNode {
-    /// Starts a node: a new memory bucket, a temporary data folder, the
-    /// default app, its HTTP front on a free loopback port.
-    pub async fn start() -> Result<TestNode> {
-        let data_dir = tempfile::tempdir().map_err(|source| Error::Io {
-            what: "making the data folder".into(),
-            source,
-        })?;
-        let runtime = Runtime::new(RuntimeConfig {
-            cache_dir: Some(default_cache_dir()),
-            ..RuntimeConfig::default()
-        })?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|source| Error::Io {
-                what: "binding a loopback port".into(),
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| Error::Io {
-            what: "reading the loopback port".into(),
-            source,
-        })?;
-        let config = NodeConfig::new(
-            AppName::default_app(),
-            NodeId::new("test")?,
-            addr,
-            data_dir.path().to_path_buf(),
-        );
-        let clock = Arc::new(TestClock::default());
-        let platform = Platform {
-            clock: Arc::clone(&clock) as Arc<dyn Clock>,
-            ..Platform::production(runtime.clone())
-        };
-        let bucket: Arc<dyn Bucket> = Arc::new(MemoryBucket::new());
-        let node = Node::start_with(config, bucket, platform).await?;
-        let (stop_tx, stop_rx) = watch::channel(false);
-        tokio::spawn(wasmkeep_server::front::http::serve(
-            Arc::clone(&node),
-            listener,
-            stop_rx,
-            STOP_GRACE,
-        ));
-        Ok(TestNode {
-            node,
-            runtime,
-            clock,
-            addr,
-            stop_tx,
-            _data_dir: data_dir,
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("wasmkeep"))
+        .find(|bin| bin.is_file())
+        .ok_or_else(|| {
+            Error::Binary(
+                "no wasmkeep binary: set WASMKEEP_BIN to its path, or put wasmkeep on PATH".into(),
+            )
         })
-    }
-
-    /// Deploys a component as `class` (validated and compiled as `wasmkeep
-    /// deploy` does) and loads it on the node; a new version of a class
-    /// already deployed is used from each actor's next event.
-    pub async fn deploy(&self, class: &str, component: &[u8]) -> Result<()> {
-        let class = ClassName::new(class)?;
-        classes::deploy(
-            &*self.node.bucket,
-            &self.node.keys,
-            &class,
-            component.to_vec(),
-            classes::ClassLimits::default(),
-            &self.runtime,
-        )
-        .await?;
-        self.node.poll_classes().await?;
-        Ok(())
-    }
-
-    /// [`deploy`](Self::deploy) of a `.wasm` file.
-    pub async fn deploy_file(&self, class: &str, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            what: format!("reading {}", path.display()),
-            source,
-        })?;
-        self.deploy(class, &bytes).await
-    }
-
-    /// A handle on the actor `TENANT/CLASS/NAME` (nothing runs until it is
-    /// asked something).
-    pub fn actor(&self, id: &str) -> Result<TestActor> {
-        Ok(TestActor {
-            node: Arc::clone(&self.node),
-            id: ActorId::parse(id)?,
-            addr: self.addr,
-        })
-    }
-
-    /// The node's wall clock.
-    pub fn clock(&self) -> &TestClock {
-        &self.clock
-    }
-
-    /// Moves the clock forward by `by` and runs every alarm due by then,
-    /// each in its actor's mailbox; returns once they ran (and their
-    /// writes are durable), with the actors whose alarm ran. A failed
-    /// handler is an error (its retry is scheduled as usual).
-    pub async fn advance(&self, by: Duration) -> Result<Vec<ActorId>> {
-        self.clock.advance(by);
-        Ok(self.node.run_due_alarms().await?)
-    }
-
-    /// The HTTP front's address, for any other client (`http://{addr}/...`).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The node itself, for what the harness does not offer.
-    pub fn node(&self) -> &Arc<Node> {
-        &self.node
-    }
-
-    /// Stops the node as `wasmkeep dev` would at Ctrl-C: hands every actor
-    /// over (their writes are in the bucket already) and stops serving.
-    /// Dropping the node without it leaves that to the end of the test's
-    /// runtime.
-    pub async fn stop(self) {
-        let _ = self.stop_tx.send(true);
-        self.node.shutdown(STOP_GRACE).await;
-    }
 }
 
-/// One actor of a [`TestNode`].
-#[derive(Debug, Clone)]
-pub struct TestActor {
-    node: Arc<Node>,
-    id: ActorId,
-    addr: SocketAddr,
+/// Builds the actor project in `dir` with `wasmkeep build` (the binary of
+/// [`wasmkeep_bin`]) and returns the component it wrote, `DIR/NAME.wasm`.
+pub fn build_project(dir: impl AsRef<Path>) -> Result<PathBuf> {
+    let dir = dir.as_ref();
+    let bin = wasmkeep_bin()?;
+    let out = std::process::Command::new(&bin)
+        .arg("build")
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .map_err(|source| Error::Io {
+            what: format!("running {} build", bin.display()),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(Error::Binary(format!(
+            "wasmkeep build {} failed ({}):\n{}",
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    // It says `wasmkeep: built PATH (N bytes)` last.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    stderr
+        .lines()
+        .rev()
+        .find_map(|line| line.strip_prefix("wasmkeep: built "))
+        .and_then(|rest| rest.rsplit_once(" ("))
+        .map(|(path, _)| PathBuf::from(path))
+        .ok_or_else(|| Error::Unexpected(format!("wasmkeep build said no component:\n{stderr}")))
 }
 
 /// An actor's answer to a request.
@@ -338,85 +229,9 @@ pub struct Written {
     pub changes: i64,
 }
 
-impl TestActor {
-    /// The actor's id.
-    pub fn id(&self) -> &ActorId {
-        &self.id
-    }
-
-    /// `GET path` (the path inside the actor, with its query: `/value?x=1`).
-    pub async fn get(&self, path: &str) -> Result<Response> {
-        self.request("GET", path, &[], b"").await
-    }
-
-    /// `POST path` with `body`.
-    pub async fn post(&self, path: &str, body: &[u8]) -> Result<Response> {
-        self.request("POST", path, &[], body).await
-    }
-
-    /// Any request, run as an event of the actor (activating it if
-    /// needed); the answer once its writes are durable.
-    pub async fn request(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> Result<Response> {
-        let request = wasmkeep_runtime::Request {
-            method: method.to_owned(),
-            path: path.to_owned(),
-            headers: headers
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                .collect(),
-            body: body.to_vec(),
-        };
-        let response = self
-            .node
-            .request(&self.id, request, vec![self.id.clone()])
-            .await?;
-        Ok(Response {
-            status: response.status,
-            headers: response.headers,
-            body: response.body,
-        })
-    }
-
-    /// A read-only statement on the actor's database as the bucket holds
-    /// it (every acknowledged write), as `wasmkeep actor sql` runs it:
-    /// nothing of the actor runs, and nothing is written.
-    pub async fn sql(&self, statement: &str) -> Result<Rows> {
-        let store = wasmkeep_server::ops::survey::open_reader(
-            Arc::clone(&self.node.bucket),
-            self.node.keys.clone(),
-            &self.id,
-        )
-        .await?;
-        let Some(mut store) = store else {
-            return Err(Error::Unexpected(format!(
-                "actor {} has nothing in the bucket yet",
-                self.id
-            )));
-        };
-        let rows = store.query(statement, &[]).map_err(|e| {
-            Error::Node(wasmkeep_server::Error::BadRequest(format!(
-                "actor {}: {}",
-                self.id, e.message
-            )))
-        })?;
-        store.rollback_event();
-        Ok(Rows {
-            columns: rows.columns,
-            rows: rows.rows,
-        })
-    }
-
-    /// A statement that may write, run as one event of the actor
-    /// (activating it if needed), as `wasmkeep actor sql --write` runs
-    /// it; its answer once its writes are durable.
-    pub async fn sql_write(&self, statement: &str) -> Result<Written> {
-        let json = self.node.operator_sql(&self.id, statement).await?;
+impl Written {
+    /// Reads `{"columns": [...], "rows": [[...]], "changes": N}`.
+    fn from_json(json: &serde_json::Value) -> Result<Written> {
         let unexpected = || Error::Unexpected(format!("an operator's statement answered {json}"));
         let columns = json["columns"]
             .as_array()
@@ -437,41 +252,13 @@ impl TestActor {
             changes,
         })
     }
+}
 
-    /// Runs the actor's alarm now, whatever time it is set for; an error
-    /// if none is set or its handler fails.
-    pub async fn fire_alarm(&self) -> Result<()> {
-        match self.node.run_alarm_now(&self.id).await? {
-            AlarmRun::Ran => Ok(()),
-            other => Err(Error::Unexpected(format!(
-                "actor {}: no alarm ran ({other:?})",
-                self.id
-            ))),
-        }
-    }
-
-    /// Hibernates the actor (instance and database closed, ownership
-    /// released, out of memory) and returns once it left; its next event
-    /// restores it from the bucket. An open socket keeps it: an error.
-    pub async fn hibernate(&self) -> Result<()> {
-        self.node.hibernate(&self.id).await?;
-        Ok(())
-    }
-
-    /// Whether the actor is in the node's memory now.
-    pub fn is_resident(&self) -> bool {
-        self.node.residents.has_stub(&self.id)
-    }
-
-    /// Opens a WebSocket to the actor at `path` through the node's HTTP
-    /// front (on its loopback port).
-    pub async fn socket(&self, path: &str) -> Result<Socket> {
-        let url = format!("ws://{}/{}{}", self.addr, self.id, path);
-        let (stream, _) = tokio_tungstenite::connect_async(url.as_str())
-            .await
-            .map_err(Box::new)?;
-        Ok(Socket { stream })
-    }
+/// A message on a socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    Text(String),
+    Binary(Vec<u8>),
 }
 
 /// A WebSocket client of an actor.
@@ -486,6 +273,15 @@ impl std::fmt::Debug for Socket {
 }
 
 impl Socket {
+    /// Opens a socket to `ws://{addr}/{actor}{path}`.
+    async fn connect(addr: std::net::SocketAddr, actor: &ActorId, path: &str) -> Result<Socket> {
+        let url = format!("ws://{addr}/{actor}{path}");
+        let (stream, _) = tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .map_err(Box::new)?;
+        Ok(Socket { stream })
+    }
+
     pub async fn send_text(&mut self, text: &str) -> Result<()> {
         self.send(tungstenite::Message::text(text)).await
     }
@@ -552,4 +348,18 @@ impl Socket {
             .await
             .map_err(|_| Error::Timeout("the socket's close", SOCKET_RECV_TIME_MAX))?
     }
+}
+
+/// Reads a component file for a deploy.
+fn read_component(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| Error::Io {
+        what: format!("reading {}", path.display()),
+        source,
+    })
+}
+
+/// Where compiled components are kept between test runs, by both modes
+/// (they are keyed by the component's digest and the engine's version).
+fn component_cache_dir() -> PathBuf {
+    std::env::temp_dir().join("wasmkeep-test-components")
 }

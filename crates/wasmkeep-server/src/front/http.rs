@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Body as _, Incoming};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -23,6 +23,7 @@ use wasmkeep_runtime::{Request, Response};
 use wasmkeep_types::ActorId;
 
 use crate::actor::host::{check_response, strip_markers};
+use crate::front::body::read_body;
 use crate::front::conn::{ClientStream, Slots};
 use crate::front::route::{Route, route};
 use crate::node::Node;
@@ -251,7 +252,8 @@ pub fn error_response(error: &Error) -> HttpResponse {
 
 async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<HttpResponse> {
     let route = route(req.uri().path(), req.uri().query())?;
-    if !matches!(route, Route::Actor { .. })
+    // Test routes (`dev --test-routes`) judge their own methods.
+    if !matches!(route, Route::Actor { .. } | Route::Test { .. })
         && !matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD)
     {
         return Err(Error::MethodNotAllowed {
@@ -286,6 +288,9 @@ async fn dispatch(node: &Arc<Node>, req: hyper::Request<Incoming>) -> Result<Htt
             return Ok(response);
         }
         Route::Actor { actor, path } => (actor, path),
+        Route::Test { path } => {
+            return crate::front::test_routes::answer(node, req, &path).await;
+        }
     };
     let method = req.method().as_str().to_owned();
     let raw_path = req.uri().path().to_owned();
@@ -376,43 +381,6 @@ async fn actor_request(
         },
     )
     .await
-}
-
-/// Reads a request body of at most `limit` bytes, waiting at most
-/// `idle_max` for each next part of it.
-async fn read_body(body: Incoming, limit: usize, idle_max: Duration) -> Result<Vec<u8>> {
-    if body.is_end_stream() {
-        return Ok(Vec::new());
-    }
-    let mut body = Limited::new(body, limit);
-    let mut bytes = Vec::new();
-    loop {
-        let frame = match tokio::time::timeout(idle_max, body.frame()).await {
-            Ok(Some(Ok(frame))) => frame,
-            Ok(None) => return Ok(bytes),
-            Ok(Some(Err(e))) => {
-                return Err(
-                    if e.downcast_ref::<http_body_util::LengthLimitError>()
-                        .is_some()
-                    {
-                        Error::BodyTooLarge { limit_bytes: limit }
-                    } else {
-                        Error::BadRequest(format!("reading the body failed: {e}"))
-                    },
-                );
-            }
-            Err(_) => {
-                return Err(Error::BodyStalled { waited: idle_max });
-            }
-        };
-        if let Ok(data) = frame.into_data() {
-            if bytes.is_empty() && body.is_end_stream() {
-                // The common case, the whole body in one part: one copy.
-                return Ok(data.to_vec());
-            }
-            bytes.extend_from_slice(&data);
-        }
-    }
 }
 
 /// An actor request whose body was read, as it arrived.

@@ -3,12 +3,14 @@
 //! node that holds the actor. It asks the node where an actor lives and
 //! hands events to mailboxes; it never writes to the bucket itself.
 
+pub(crate) mod body;
 pub(crate) mod conn;
 pub mod http;
 pub mod relay;
 pub mod route;
 pub mod sockets;
 pub mod tenants;
+pub mod test_routes;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -17,6 +17,11 @@ pub enum Route {
     Console {
         path: String,
     },
+    /// A test route of `dev --test-routes` (ADR 0073): `path` is what
+    /// follows `/_wasmkeep/test` (`/clock/advance`, `/actors/t/c/n/alarm`).
+    Test {
+        path: String,
+    },
     /// An actor; `path` is `/<rest>` plus `?query` when there is one.
     Actor {
         actor: ActorId,
@@ -35,6 +40,13 @@ pub fn route(raw_path: &str, query: Option<&str>) -> Result<Route> {
         && (rest.is_empty() || rest.starts_with('/'))
     {
         return Ok(Route::Console {
+            path: rest.to_owned(),
+        });
+    }
+    if let Some(rest) = raw_path.strip_prefix("/_wasmkeep/test")
+        && rest.starts_with('/')
+    {
+        return Ok(Route::Test {
             path: rest.to_owned(),
         });
     }
@@ -59,7 +71,7 @@ pub fn route(raw_path: &str, query: Option<&str>) -> Result<Route> {
     Ok(Route::Actor { actor, path })
 }
 
-fn decode(what: &'static str, raw: &str) -> Result<String> {
+pub(crate) fn decode(what: &'static str, raw: &str) -> Result<String> {
     let invalid = |reason| {
         Error::InvalidName(wasmkeep_types::Error::InvalidName {
             what,

@@ -328,6 +328,12 @@ pub struct DevArgs {
     /// to this executable's directory).
     #[arg(long, env = "WASMKEEP_GUESTS_DIR")]
     pub guests_dir: Option<PathBuf>,
+    /// Serve the test harness's routes under /_wasmkeep/test/ (run an
+    /// actor's alarm now, hibernate it, SQL on its database, move the
+    /// wall clock, deploy a class at once; ADR 0073). Only on a loopback
+    /// address; with no component given, none is deployed.
+    #[arg(long)]
+    pub test_routes: bool,
     #[command(flatten)]
     pub node: NodeArgs,
 }

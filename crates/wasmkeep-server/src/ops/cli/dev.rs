@@ -115,13 +115,25 @@ pub(super) async fn dev(args: DevArgs) -> anyhow::Result<()> {
     )?;
     // The developer is the client: a trap's details go to the answer too.
     config.guest_error_detail = true;
+    if args.test_routes {
+        // They run anything on any actor and move the clock: never for
+        // anyone but this machine.
+        if !config.listen.ip().is_loopback() {
+            bail!(
+                "--test-routes serves only on a loopback address, not {} (--listen 127.0.0.1:PORT)",
+                config.listen
+            );
+        }
+        config.test_clock = Some(Arc::new(wasmkeep_cluster::TestClock::default()));
+    }
     // Each watched project is built once before the node starts.
     let mut watched = Vec::new();
     for dir in &args.watch {
         let (name, wasm) = super::new::build_project(dir)?;
         watched.push((name, dir.clone(), wasm));
     }
-    let components = if args.components.is_empty() && watched.is_empty() {
+    // A test node starts empty: its harness deploys what it tests.
+    let components = if args.components.is_empty() && watched.is_empty() && !args.test_routes {
         bundled_components(args.guests_dir.as_deref())?
     } else {
         args.components
@@ -270,7 +282,12 @@ async fn serve_node(
     if config.advertise.is_none() {
         config.advertise = Some(format!("{scheme}://{addr}"));
     }
-    let node = Node::start(config, bucket, runtime).await?;
+    let mut platform = crate::Platform::production(runtime);
+    if let Some(clock) = &config.test_clock {
+        // The clock the test routes move is the node's (alarms, sweeps).
+        platform.clock = Arc::clone(clock) as Arc<dyn wasmkeep_cluster::Clock>;
+    }
+    let node = Node::start_with(config, bucket, platform).await?;
     let server = tokio::spawn(http::serve_tls(
         Arc::clone(&node),
         listener,

@@ -3,8 +3,8 @@
 //! test that runs it on a real node, and the one command that builds any
 //! such project into a component.
 //!
-//! The SDKs are not published yet: a project depends on them by path, in a
-//! wasmkeep source tree (`--sdk`, `$WASMKEEP_SOURCE`, the tree this binary
+//! The SDKs and test harnesses are not published yet: a project depends on
+//! them by path, in a wasmkeep source tree (`--sdk`, `$WASMKEEP_SOURCE`, the tree this binary
 //! was built from, or one above it).
 
 use std::path::{Path, PathBuf};
@@ -20,7 +20,8 @@ pub enum Lang {
 }
 
 /// One file of a template: its path in the project and its text, with
-/// `{{name}}`, `{{sdk_rust}}` and `{{sdk_js}}` to fill in.
+/// `{{name}}`, `{{sdk_rust}}`, `{{sdk_js}}` and `{{sdk_test}}` (the test
+/// harness of the project's language) to fill in.
 type TemplateFile = (&'static str, &'static str);
 
 const RUST: [TemplateFile; 5] = [
@@ -71,11 +72,13 @@ fn check_name(name: &str) -> anyhow::Result<()> {
         .with_context(|| format!("{name:?} is not a class name"))
 }
 
-/// A wasmkeep source tree: the folder with `crates/wasmkeep-sdk` and
-/// `sdk/js` in it.
+/// A wasmkeep source tree: the folder with the SDKs (`crates/wasmkeep-sdk`,
+/// `sdk/js`) and the test harnesses (`crates/wasmkeep-test`, `sdk/test`).
 fn is_source_tree(dir: &Path) -> bool {
     dir.join("crates/wasmkeep-sdk/Cargo.toml").is_file()
         && dir.join("sdk/js/package.json").is_file()
+        && dir.join("crates/wasmkeep-test/Cargo.toml").is_file()
+        && dir.join("sdk/test/package.json").is_file()
 }
 
 /// Where the SDKs are (see the module).
@@ -83,7 +86,7 @@ fn source_tree(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(dir) = given {
         if !is_source_tree(dir) {
             bail!(
-                "{} is not a wasmkeep source tree (no crates/wasmkeep-sdk and sdk/js in it)",
+                "{} is not a wasmkeep source tree (no SDKs and test harnesses: crates/wasmkeep-sdk, sdk/js, crates/wasmkeep-test, sdk/test)",
                 dir.display()
             );
         }
@@ -139,6 +142,16 @@ pub fn new_project(
                 &source.join("crates/wasmkeep-sdk").display().to_string(),
             )
             .replace("{{sdk_js}}", &source.join("sdk/js").display().to_string())
+            .replace(
+                "{{sdk_test}}",
+                &source
+                    .join(match lang {
+                        Lang::Rust => "crates/wasmkeep-test",
+                        Lang::Ts => "sdk/test",
+                    })
+                    .display()
+                    .to_string(),
+            )
     };
     let files: &[TemplateFile] = match lang {
         Lang::Rust => &RUST,
@@ -445,7 +458,8 @@ mod tests {
             let filled = template
                 .replace("{{name}}", "x")
                 .replace("{{sdk_rust}}", "/s")
-                .replace("{{sdk_js}}", "/s");
+                .replace("{{sdk_js}}", "/s")
+                .replace("{{sdk_test}}", "/s");
             assert!(
                 !filled.contains("{{sdk") && !filled.contains("{{name"),
                 "{path}"
