@@ -46,7 +46,7 @@ run() {
   rm -rf "$DIR/bucket" "$DIR/data"
   # A class deployed before `dev` starts keeps its limits.
   "$BIN" deploy counter "$WASM/counter.wasm" --bucket "file://$DIR/bucket" \
-    --data-dir "$DIR/data" --retention "$retention" >/dev/null
+    --data-dir "$DIR/data" --retention "$retention" >/dev/null 2>>"$DIR/cli.log"
   "$BIN" dev --bucket "file://$DIR/bucket" --listen "127.0.0.1:$port" \
     --data-dir "$DIR/data" --console off counter="$WASM/counter.wasm" >"$DIR/node-$retention.log" 2>&1 &
   NODE=$!
@@ -62,7 +62,7 @@ run() {
   kill -TERM "$NODE"; wait "$NODE" 2>/dev/null || true; NODE=""
   local t0 t1 bytes objects
   t0="$(date +%s.%N)"
-  "$BIN" actor history bench/counter/hot --json --bucket "file://$DIR/bucket" >"$DIR/history.json"
+  "$BIN" actor history bench/counter/hot --json --bucket "file://$DIR/bucket" >"$DIR/history.json" 2>>"$DIR/cli.log"
   t1="$(date +%s.%N)"
   read -r bytes objects < <(python3 -c 'import json,sys; h=json.load(open(sys.argv[1])); e=h["entries"]; print(sum(x["bytes"] for x in e), len(e))' "$DIR/history.json")
   echo "$retention: actor history read $objects objects in $(python3 -c "print(f'{$t1 - $t0:.2f}')") s" >>"$DIR/history-times.txt"
