@@ -296,18 +296,27 @@ async fn plan_at(
             log.push((parse_seq(&listed.key)?, listed.key, listed.size));
         }
     }
-    snapshots.sort_by_key(|(s, _)| std::cmp::Reverse(*s));
+    snapshots.sort_by_key(|(s, _)| *s);
     log.sort_by_key(|(s, ..)| *s);
-    // Newest first: the first at or before the instant is the base.
+    // The base: the newest snapshot at or before the instant, found by a
+    // binary search over the numbers (times grow with them), so a restore
+    // far back in a long window reads a few snapshots, not every one.
+    let (mut lo, mut hi) = (0, snapshots.len());
     let mut oldest_ms = None;
-    let mut base = None;
-    for (seq, key) in &snapshots {
+    let mut base: Option<Decoded> = None;
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let (seq, key) = &snapshots[mid];
         let d = fetch(bucket, key, Kind::Snapshot, *seq, actor).await?;
-        if d.time_ms <= at_ms {
-            base = Some(d);
-            break;
+        if mid == 0 {
+            oldest_ms = Some(d.time_ms);
         }
-        oldest_ms = Some(d.time_ms);
+        if d.time_ms <= at_ms {
+            lo = mid + 1;
+            base = Some(d);
+        } else {
+            hi = mid;
+        }
     }
     let base_seq = base.as_ref().map_or(0, |d| d.seq);
     log.retain(|(s, ..)| *s > base_seq);

@@ -195,7 +195,13 @@ async fn compact(
                     .and_then(|k| k.snapshots.iter().find(|(k, _)| *k == s));
                 match cached {
                     Some(pair) => timed.push(*pair),
-                    None => timed.push((s, snapshot_time(shared, s).await?)),
+                    // Without a window only the numbers matter.
+                    None if shared.config.retention.is_zero() => timed.push((s, i64::MIN)),
+                    None => {
+                        if let Some(time) = snapshot_time(shared, s).await? {
+                            timed.push((s, time));
+                        }
+                    }
                 }
             }
             timed.sort_unstable();
@@ -293,12 +299,17 @@ fn base(snapshots: &[(u64, i64)], seq: u64, time_ms: i64, shared: &Shared) -> Op
         .max()
 }
 
-/// The time of a snapshot this store did not write, from its header.
-async fn snapshot_time(shared: &Shared, seq: u64) -> Result<i64> {
+/// The time of a snapshot this store did not write, from its header;
+/// `None` when it is gone since the listing.
+async fn snapshot_time(shared: &Shared, seq: u64) -> Result<Option<i64>> {
     let key = shared.keys.actor_snapshot(&shared.actor, seq);
-    let object = shared.bucket.get(&key).await?;
+    let object = match shared.bucket.get(&key).await {
+        Ok(object) => object,
+        Err(wasmkeep_bucket::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
     record::decode(&object.bytes)
-        .map(|d| d.time_ms)
+        .map(|d| Some(d.time_ms))
         .map_err(|reason| Error::Corrupt { key, reason })
 }
 
