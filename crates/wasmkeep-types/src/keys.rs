@@ -381,6 +381,11 @@ impl Keys {
         format!("{}recipient", self.root)
     }
 
+    /// `tenants/`: every tenant's tokens (a backup copies them).
+    pub fn tenants_prefix(&self) -> String {
+        format!("{}tenants/", self.root)
+    }
+
     pub fn tenant_token(&self, tenant: &TenantName, digest: &str) -> String {
         format!("{}tenants/{tenant}/tokens/{digest}", self.root)
     }

@@ -52,7 +52,7 @@ fn prefixes(keys: &Keys) -> Vec<(String, bool)> {
         (keys.classes_prefix(), false),
         (keys.secrets_prefix(), false),
         (keys.recipient(), false),
-        (format!("{}tenants/", keys.app_prefix()), false),
+        (keys.tenants_prefix(), false),
         (keys.tenant_tokens_policy(), false),
     ]
 }
