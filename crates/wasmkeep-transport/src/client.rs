@@ -19,6 +19,13 @@ use crate::{Error, Result};
 
 /// Idle pooled connections are closed after this.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a TCP connect to a peer may take. Without it a peer behind a
+/// silent partition (its packets dropped, nothing refused) held each call
+/// for its whole time limit (a forward's 60 s), reported as "may have
+/// arrived" although nothing left this node. A connect within a cluster
+/// takes milliseconds; this covers a lost SYN and its first resend (Linux
+/// resends after 1 s, then 2 s later). ADR 0074.
+pub const PEER_CONNECT_TIME_MAX: Duration = Duration::from_secs(3);
 /// Most idle connections kept per peer.
 const POOL_IDLE_PER_PEER_MAX: usize = 64;
 
@@ -46,11 +53,15 @@ pub struct PeerClient {
 
 impl PeerClient {
     pub fn new(signer: Arc<Signer>, tls: Arc<ClientConfig>) -> Self {
+        let mut tcp = HttpConnector::new();
+        // https URLs too: the TLS layer wraps this connector.
+        tcp.enforce_http(false);
+        tcp.set_connect_timeout(Some(PEER_CONNECT_TIME_MAX));
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config((*tls).clone())
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(tcp);
         let http = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(POOL_IDLE_PER_PEER_MAX)
@@ -106,11 +117,11 @@ impl PeerClient {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) if e.is_connect() => Err(Error::Connect {
                 url: uri,
-                reason: format!("{e:#}"),
+                reason: with_sources(&e),
             }),
             Ok(Err(e)) => Err(Error::Call {
                 url: uri,
-                reason: format!("{e:#}"),
+                reason: with_sources(&e),
             }),
             Err(_) => Err(Error::Timeout {
                 url: uri,
@@ -118,4 +129,17 @@ impl PeerClient {
             }),
         }
     }
+}
+
+/// An error with its sources: hyper's own text ("client error (Connect)")
+/// leaves out why.
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

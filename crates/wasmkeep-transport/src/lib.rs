@@ -19,7 +19,8 @@ pub enum Error {
     Tls(String),
     #[error("invalid peer URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
-    /// No connection to the peer: the call was not sent.
+    /// No connection to the peer (refused, unreachable, or none within
+    /// [`client::PEER_CONNECT_TIME_MAX`]): the call was not sent.
     #[error("peer call to {url} could not connect: {reason}")]
     Connect { url: String, reason: String },
     /// The call failed once sent, or while sending: it may have arrived.

@@ -205,6 +205,40 @@ async fn a_call_signed_with_another_key_is_refused() {
     assert_eq!(answer, "refused: signature does not verify");
 }
 
+/// A peer whose connects are dropped without an answer (a listener whose
+/// queue is full drops SYNs, as a silent partition does) fails the call as
+/// never sent, after the connect limit, not at the call's own limit as one
+/// that may have arrived (ADR 0074).
+#[tokio::test]
+async fn a_connect_that_gets_no_answer_fails_the_call_as_not_sent() {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    // Never accepted; room for one connection in the queue.
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Fill the queue: the first connect that does not complete shows it full.
+    let mut queued = Vec::new();
+    loop {
+        let connect = tokio::net::TcpStream::connect(addr);
+        match tokio::time::timeout(Duration::from_millis(500), connect).await {
+            Ok(stream) => queued.push(stream.unwrap()),
+            Err(_) => break,
+        }
+        assert!(queued.len() < 8, "the listener's queue never filled");
+    }
+    let client = PeerClient::new(signer("sender", 1), tls::client_config(None).unwrap());
+    let mut call = take_call("x");
+    call.timeout = Duration::from_secs(20);
+    let err = client
+        .send(&format!("http://{addr}"), call)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, wasmkeep_transport::Error::Connect { .. }) && !err.may_have_arrived(),
+        "{err}"
+    );
+}
+
 #[test]
 fn bad_tls_files_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();

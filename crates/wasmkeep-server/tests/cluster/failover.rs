@@ -277,7 +277,7 @@ async fn body(c: &mut Cluster) -> anyhow::Result<()> {
 
 /// One stored object of an actor's history, in sequence order.
 #[derive(Debug)]
-struct Entry {
+pub(crate) struct Entry {
     snapshot: bool,
     seq: u64,
     /// `node/incarnation`
@@ -285,7 +285,7 @@ struct Entry {
 }
 
 /// A client of the cluster's bucket, as its nodes see it.
-async fn open_bucket(c: &Cluster) -> anyhow::Result<std::sync::Arc<dyn Bucket>> {
+pub(crate) async fn open_bucket(c: &Cluster) -> anyhow::Result<std::sync::Arc<dyn Bucket>> {
     let url = c.bucket_url();
     match c.options().bucket {
         BucketKind::Folder => wasmkeep_bucket::open(url)
@@ -310,7 +310,7 @@ async fn open_bucket(c: &Cluster) -> anyhow::Result<std::sync::Arc<dyn Bucket>> 
 /// The actor's newest snapshot (if any) and every log record after it,
 /// decoded from the bucket. Compaction may delete records between the list
 /// and the reads: then it lists again.
-async fn read_history(
+pub(crate) async fn read_history(
     bucket: &dyn Bucket,
     keys: &Keys,
     actor: &ActorId,
@@ -382,7 +382,7 @@ async fn decode(bucket: &dyn Bucket, key: &str) -> anyhow::Result<Option<Entry>>
 /// the snapshot (or from the first record), and writers in runs: once a
 /// record of a writer appears, no later record is by one it followed.
 /// Returns the writers in order.
-fn check_one_writer_at_a_time(history: &[Entry]) -> anyhow::Result<Vec<String>> {
+pub(crate) fn check_one_writer_at_a_time(history: &[Entry]) -> anyhow::Result<Vec<String>> {
     let mut expected: Option<u64> = None;
     let mut writers: Vec<String> = Vec::new();
     for entry in history {

@@ -43,14 +43,19 @@ impl FaultProxy {
     /// Listens on a free loopback port and passes requests to `upstream`
     /// (`http://host:port`).
     pub async fn start(upstream: &str) -> anyhow::Result<FaultProxy> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding the proxy")?;
+        Self::start_on(listener, upstream)
+    }
+
+    /// Passes the requests `listener` accepts to `upstream`.
+    pub fn start_on(listener: TcpListener, upstream: &str) -> anyhow::Result<FaultProxy> {
         let upstream: hyper::Uri = upstream.parse().context("the upstream URL")?;
         let authority = upstream
             .authority()
             .context("the upstream URL has no host")?
             .clone();
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .context("binding the proxy")?;
         let addr = listener.local_addr()?;
         let rule: Arc<Mutex<Option<Rule>>> = Arc::default();
         let refused = Arc::new(AtomicU64::new(0));

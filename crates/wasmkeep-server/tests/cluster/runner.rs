@@ -6,6 +6,10 @@
 //! test fails (the cluster is dropped while panicking) the tail of each is
 //! printed and the folder is kept. Only the runner's own children are ever
 //! signalled, by pid.
+//!
+//! With [`ClusterOptions::netns`] each node runs in a network namespace of
+//! its own (`netns.rs`) and reaches the bucket through a proxy on the test's
+//! bridge, so a test can cut and heal its links.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::process::CommandExt;
@@ -19,6 +23,7 @@ use wasmkeep_testkit::SeaweedFs;
 
 use crate::client::{Http, Resp};
 use crate::fault_proxy::FaultProxy;
+use crate::netns::Net;
 
 /// The `wasmkeep` binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_wasmkeep");
@@ -71,6 +76,10 @@ pub struct ClusterOptions {
     pub bucket_proxy: bool,
     /// More environment variables for every node.
     pub env: Vec<(String, String)>,
+    /// Each node in a network namespace of its own, the bucket behind a
+    /// [`FaultProxy`] on the test's bridge (`netns.rs`; S3 buckets only,
+    /// root only: `crate::run` skips the test elsewhere).
+    pub netns: bool,
 }
 
 impl ClusterOptions {
@@ -88,6 +97,7 @@ impl ClusterOptions {
             without_cluster_key: Vec::new(),
             bucket_proxy: false,
             env: Vec::new(),
+            netns: false,
         }
     }
 
@@ -125,6 +135,9 @@ pub struct Cluster {
     private_seaweedfs: Option<SeaweedFs>,
     seaweedfs_paused: bool,
     proxy: Option<FaultProxy>,
+    /// The namespaces of [`ClusterOptions::netns`]; dropped after the
+    /// nodes are killed (`Drop` kills them before the fields drop).
+    net: Option<Net>,
     key_file: PathBuf,
     tls: Option<TlsFiles>,
     nodes: Vec<NodeProcess>,
@@ -212,9 +225,24 @@ impl Cluster {
             }
         };
 
+        let net = if options.netns {
+            ensure!(
+                options.bucket != BucketKind::Folder,
+                "nodes in namespaces reach the bucket over the network: an S3 bucket"
+            );
+            let nodes = options.nodes;
+            Some(
+                tokio::task::spawn_blocking(move || Net::create(nodes))
+                    .await
+                    .context("the namespace setup task")?
+                    .context("setting up the nodes' network namespaces")?,
+            )
+        } else {
+            None
+        };
         let mut proxy = None;
         let mut env = env;
-        if options.bucket_proxy {
+        if options.bucket_proxy || net.is_some() {
             ensure!(
                 options.bucket != BucketKind::Folder,
                 "a bucket proxy needs an S3 bucket"
@@ -223,7 +251,14 @@ impl Cluster {
                 .iter_mut()
                 .find(|(k, _)| k == "AWS_ENDPOINT_URL")
                 .context("the S3 environment has no endpoint")?;
-            let started = FaultProxy::start(&endpoint.1).await?;
+            let started = match &net {
+                Some(net) => {
+                    let listener = tokio::net::TcpListener::from_std(net.bucket_listener()?)
+                        .context("the bucket's listener")?;
+                    FaultProxy::start_on(listener, &endpoint.1)?
+                }
+                None => FaultProxy::start(&endpoint.1).await?,
+            };
             endpoint.1 = started.endpoint();
             proxy = Some(started);
         }
@@ -233,8 +268,12 @@ impl Cluster {
             .context("writing the cluster key")?;
 
         let tls = if options.tls {
+            let mut names = vec!["127.0.0.1".to_owned()];
+            if let Some(net) = &net {
+                names.extend((0..options.nodes).map(|i| net.node_addr(i).to_string()));
+            }
             let rcgen::CertifiedKey { cert, signing_key } =
-                rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])
+                rcgen::generate_simple_self_signed(names)
                     .context("generating the test certificate")?;
             let files = TlsFiles {
                 cert: dir_path.join("cert.pem"),
@@ -258,6 +297,7 @@ impl Cluster {
             private_seaweedfs,
             seaweedfs_paused: false,
             proxy,
+            net,
             key_file,
             tls,
             http,
@@ -325,7 +365,7 @@ impl Cluster {
             self.nodes[i].port = wasmkeep_testkit::free_port().context("picking a port")?;
         }
         let node = &self.nodes[i];
-        let listen = format!("127.0.0.1:{}", node.port);
+        let listen = format!("{}:{}", self.node_host(i), node.port);
         let advertise = format!("{}://{listen}", self.scheme());
         let mut command = Command::new(BIN);
         command
@@ -386,6 +426,19 @@ impl Cluster {
                 Ok(())
             });
         }
+        if let Some(net) = &self.net {
+            let namespace = net.handle(i);
+            // SAFETY: setns is async-signal-safe; the handle stays open
+            // while `net` lives, past this spawn.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setns(namespace, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = command.spawn().context("spawning wasmkeep serve")?;
         *self.nodes[i].child.lock() = Some(child);
         Ok(())
@@ -439,9 +492,29 @@ impl Cluster {
         self.nodes.len()
     }
 
-    /// `http(s)://127.0.0.1:PORT` of node `i`.
+    /// Node `i`'s address: loopback, or its namespace's.
+    fn node_host(&self, i: usize) -> String {
+        match &self.net {
+            Some(net) => net.node_addr(i).to_string(),
+            None => "127.0.0.1".to_owned(),
+        }
+    }
+
+    /// `http(s)://ADDRESS:PORT` of node `i`.
     pub fn node_url(&self, i: usize) -> String {
-        format!("{}://127.0.0.1:{}", self.scheme(), self.nodes[i].port)
+        format!(
+            "{}://{}:{}",
+            self.scheme(),
+            self.node_host(i),
+            self.nodes[i].port
+        )
+    }
+
+    /// The nodes' network namespaces ([`ClusterOptions::netns`]).
+    pub fn net(&self) -> anyhow::Result<&Net> {
+        self.net
+            .as_ref()
+            .context("the cluster was started without netns")
     }
 
     pub fn node_id(&self, i: usize) -> &str {
