@@ -47,6 +47,7 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
+#[allow(clippy::print_stdout)] // a benchmark reports on stdout
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let records: u64 = std::env::var("WASMKEEP_BENCH_RECORDS")
