@@ -204,43 +204,13 @@ fn apply(pages: &mut Vec<SharedPage>, d: Decoded) {
     }
 }
 
+/// Reads the plan's snapshot, then applies its whole log.
 async fn follow(bucket: &dyn Bucket, actor: &ActorId, plan: Plan) -> Result<Restored, Failed> {
-    let mut pages = Vec::new();
-    let mut alarm_ms = None;
-    let mut last_seq = 0;
-    if let Some((seq, key)) = &plan.snapshot {
-        let d = fetch(bucket, key, Kind::Snapshot, *seq, actor).await?;
-        alarm_ms = d.alarm_ms;
-        last_seq = *seq;
-        apply(&mut pages, d);
-    }
-    let mut bytes_since_snapshot = 0;
-    let records_since_snapshot = plan.log.len() as u64;
-    let reads: Vec<_> = plan
-        .log
-        .into_iter()
-        .map(|(seq, key, size)| async move {
-            fetch(bucket, &key, Kind::Log, seq, actor)
-                .await
-                .map(|d| (d, seq, key, size))
-        })
-        .collect();
-    let mut records = futures::stream::iter(reads).buffered(RESTORE_READS_IN_FLIGHT);
-    while let Some(fetched) = records.next().await {
-        let (d, seq, key, size) = fetched?;
-        tracing::trace!(key, node = %d.node, incarnation = %d.incarnation, "applying log record");
-        alarm_ms = d.alarm_ms;
-        last_seq = seq;
-        bytes_since_snapshot += size;
-        apply(&mut pages, d);
-    }
-    Ok(Restored {
-        pages,
-        last_seq,
-        alarm_ms,
-        records_since_snapshot,
-        bytes_since_snapshot,
-    })
+    let base = match &plan.snapshot {
+        Some((seq, key)) => Some(fetch(bucket, key, Kind::Snapshot, *seq, actor).await?),
+        None => None,
+    };
+    follow_until(bucket, actor, base, plan.log, i64::MAX).await
 }
 
 /// Restores the actor's database image (empty when nothing was ever written).
@@ -359,6 +329,8 @@ async fn plan_at(
     Ok((base, log))
 }
 
+/// Applies `base` (a snapshot read), then the records of `log` in order
+/// while they are at or before `at_ms`.
 async fn follow_until(
     bucket: &dyn Bucket,
     actor: &ActorId,
@@ -389,6 +361,7 @@ async fn follow_until(
         if d.time_ms > at_ms {
             break;
         }
+        tracing::trace!(seq = d.seq, node = %d.node, incarnation = %d.incarnation, "applying log record");
         alarm_ms = d.alarm_ms;
         last_seq = d.seq;
         records_since_snapshot += 1;
