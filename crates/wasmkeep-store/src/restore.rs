@@ -111,16 +111,27 @@ async fn plan(bucket: &dyn Bucket, keys: &Keys, actor: &ActorId) -> Result<Plan,
         }
     }
     log.sort_by_key(|(s, ..)| *s);
-    for (want, (seq, key, _)) in (base + 1..).zip(log.iter()) {
+    unbroken(keys, actor, base, &log)?;
+    Ok(Plan { snapshot, log })
+}
+
+/// Whether `log` (sorted) runs on from `base` without a gap; a gap is a
+/// race with a compaction (listed again) until it persists.
+fn unbroken(
+    keys: &Keys,
+    actor: &ActorId,
+    base: u64,
+    log: &[(u64, String, u64)],
+) -> Result<(), Failed> {
+    for (want, (seq, key, _)) in (base + 1..).zip(log) {
         if *seq != want {
-            let missing = keys.actor_log(actor, want);
             return Err(Failed::Race(Error::Corrupt {
-                key: missing,
+                key: keys.actor_log(actor, want),
                 reason: format!("log record {want} is missing (the log continues at {key})"),
             }));
         }
     }
-    Ok(Plan { snapshot, log })
+    Ok(())
 }
 
 /// What a restore of the newest state lists: the actor's snapshots, then
@@ -290,42 +301,19 @@ async fn plan_at(
     }
     let base_seq = base.as_ref().map_or(0, |d| d.seq);
     log.retain(|(s, ..)| *s > base_seq);
-    match log.first() {
-        // The log after the base must start right after it.
-        Some((first, key, _)) if *first != base_seq + 1 => {
-            if base.is_none() {
-                return Err(Failed::Fatal(Error::NotRestorable {
-                    actor: actor.clone(),
-                    at_ms,
-                    oldest_ms,
-                }));
-            }
-            let missing = keys.actor_log(actor, base_seq + 1);
-            return Err(Failed::Race(Error::Corrupt {
-                key: missing,
-                reason: format!(
-                    "log record {} is missing (the log continues at {key})",
-                    base_seq + 1
-                ),
-            }));
-        }
-        None if base.is_none() && !snapshots.is_empty() => {
-            return Err(Failed::Fatal(Error::NotRestorable {
-                actor: actor.clone(),
-                at_ms,
-                oldest_ms,
-            }));
-        }
-        _ => {}
+    // Before every snapshot, the instant needs the log from its first
+    // record: gone (compacted) means outside the window.
+    let from_start = log
+        .first()
+        .map_or(snapshots.is_empty(), |(first, ..)| *first == 1);
+    if base.is_none() && !from_start {
+        return Err(Failed::Fatal(Error::NotRestorable {
+            actor: actor.clone(),
+            at_ms,
+            oldest_ms,
+        }));
     }
-    for (want, (seq, key, _)) in (base_seq + 1..).zip(log.iter()) {
-        if *seq != want {
-            return Err(Failed::Race(Error::Corrupt {
-                key: keys.actor_log(actor, want),
-                reason: format!("log record {want} is missing (the log continues at {key})"),
-            }));
-        }
-    }
+    unbroken(keys, actor, base_seq, &log)?;
     Ok((base, log))
 }
 

@@ -229,16 +229,20 @@ pub struct Written {
     pub changes: i64,
 }
 
+/// The `columns` of a statement's JSON answer.
+fn json_columns(json: &serde_json::Value) -> Option<Vec<String>> {
+    json["columns"]
+        .as_array()?
+        .iter()
+        .map(|c| c.as_str().map(str::to_owned))
+        .collect()
+}
+
 impl Written {
     /// Reads `{"columns": [...], "rows": [[...]], "changes": N}`.
     fn from_json(json: &serde_json::Value) -> Result<Written> {
         let unexpected = || Error::Unexpected(format!("an operator's statement answered {json}"));
-        let columns = json["columns"]
-            .as_array()
-            .ok_or_else(unexpected)?
-            .iter()
-            .map(|c| c.as_str().map(str::to_owned).ok_or_else(unexpected))
-            .collect::<Result<Vec<_>>>()?;
+        let columns = json_columns(json).ok_or_else(unexpected)?;
         let rows = json["rows"]
             .as_array()
             .ok_or_else(unexpected)?

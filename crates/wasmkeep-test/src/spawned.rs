@@ -491,12 +491,7 @@ impl TestActor {
 /// Reads `{"columns": [...], "rows": [[...]]}` (a blob as `{"hex": ...}`).
 fn rows_from_json(json: &serde_json::Value) -> Result<Rows> {
     let unexpected = || Error::Unexpected(format!("a statement answered {json}"));
-    let columns = json["columns"]
-        .as_array()
-        .ok_or_else(unexpected)?
-        .iter()
-        .map(|c| c.as_str().map(str::to_owned).ok_or_else(unexpected))
-        .collect::<Result<Vec<_>>>()?;
+    let columns = crate::json_columns(json).ok_or_else(unexpected)?;
     let rows = json["rows"]
         .as_array()
         .ok_or_else(unexpected)?

@@ -19,24 +19,38 @@ use super::dev::write_stdout;
 use super::views::{json_text, open_view, table};
 use crate::ops::survey;
 
+/// `--at` as wall-clock milliseconds (now read once), or `None`.
+pub(super) fn parse_at(at: Option<&str>) -> anyhow::Result<Option<i64>> {
+    at.map(|at| parse_instant(at, wasmkeep_cluster::clock::SystemClock.wall_ms()))
+        .transpose()
+        .context("--at")
+}
+
 /// Opens the actor's state for reading, as it is or as it was at `at`
 /// (`--at`, ADR 0076); an actor with nothing in the bucket is an error.
-pub(super) async fn restore(
+async fn restore(
     actor: &str,
     at: Option<&str>,
     view: &ViewArgs,
 ) -> anyhow::Result<(ActorId, ActorStore)> {
     let actor = parse_actor(actor)?;
-    let at_ms = at
-        .map(|at| parse_instant(at, wasmkeep_cluster::clock::SystemClock.wall_ms()))
-        .transpose()
-        .context("--at")?;
+    let at_ms = parse_at(at)?;
     let (bucket, keys, _) = open_view(view).await?;
-    let store = survey::open_reader_at(bucket, keys, &actor, at_ms)
+    Ok((actor.clone(), read_at(bucket, keys, &actor, at_ms).await?))
+}
+
+/// The actor's state in `bucket`, now or at `at_ms`; nothing there is an
+/// error.
+pub(super) async fn read_at(
+    bucket: std::sync::Arc<dyn wasmkeep_bucket::Bucket>,
+    keys: wasmkeep_types::Keys,
+    actor: &ActorId,
+    at_ms: Option<i64>,
+) -> anyhow::Result<ActorStore> {
+    survey::open_reader_at(bucket, keys, actor, at_ms)
         .await
         .with_context(|| format!("restoring actor {actor}"))?
-        .ok_or_else(|| anyhow::anyhow!("actor {actor} has nothing in the bucket"))?;
-    Ok((actor, store))
+        .ok_or_else(|| anyhow::anyhow!("actor {actor} has nothing in the bucket"))
 }
 
 pub(super) async fn actor_sql(
@@ -120,7 +134,7 @@ type RequestKey =
 /// other commands left unread are swept first. On a timeout the request is
 /// withdrawn if no node took it yet; one that did may still carry it out,
 /// once. A result with an `error` is an error: the node wrote nothing.
-pub(super) async fn ask(
+async fn ask(
     bucket: &dyn wasmkeep_bucket::Bucket,
     keys: &wasmkeep_types::Keys,
     actor: &ActorId,
@@ -274,6 +288,40 @@ pub(super) async fn actor_export(
     Ok(())
 }
 
+/// Checks a database as the node will (against the class's database
+/// maximum when the class is deployed; `what` names it in the refusal),
+/// then asks for its import into `actor` ([`ask`]): `actor import`,
+/// `actor restore`, `actor fork`.
+pub(super) async fn import(
+    bucket: &dyn wasmkeep_bucket::Bucket,
+    keys: &wasmkeep_types::Keys,
+    actor: &ActorId,
+    bytes: &[u8],
+    replace: bool,
+    timeout: std::time::Duration,
+    what: &str,
+) -> anyhow::Result<serde_json::Value> {
+    // The node checks against its class's maximum again; a class not
+    // deployed yet has none here.
+    let bytes_max = crate::actor::classes::current(bucket, keys, &actor.class)
+        .await?
+        .map_or(u64::MAX, |current| current.limits.database_bytes_max);
+    wasmkeep_store::Image::from_file(bytes, bytes_max, None)
+        .map_err(|e| anyhow::anyhow!("{what}: {e}; nothing was written"))?;
+    ask(
+        bucket,
+        keys,
+        actor,
+        (
+            wasmkeep_types::Keys::import_key,
+            wasmkeep_types::Keys::import_result_key,
+        ),
+        crate::peering::imports::request_body(replace, bytes),
+        timeout,
+    )
+    .await
+}
+
 /// `actor import`: checks the file as the node will (against the class's
 /// database maximum when the class is deployed), then asks for the import
 /// ([`ask`]) and says how it ended.
@@ -299,25 +347,8 @@ pub(super) async fn actor_import(
     }
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let (bucket, keys, _) = open_view(&view).await?;
-    // The node checks against its class's maximum again; a class not
-    // deployed yet has none here.
-    let bytes_max = crate::actor::classes::current(&*bucket, &keys, &actor.class)
-        .await?
-        .map_or(u64::MAX, |current| current.limits.database_bytes_max);
-    wasmkeep_store::Image::from_file(&bytes, bytes_max, None)
-        .map_err(|e| anyhow::anyhow!("{}: {e}; nothing was written", file.display()))?;
-    let result = ask(
-        &*bucket,
-        &keys,
-        &actor,
-        (
-            wasmkeep_types::Keys::import_key,
-            wasmkeep_types::Keys::import_result_key,
-        ),
-        crate::peering::imports::request_body(replace, &bytes),
-        timeout,
-    )
-    .await?;
+    let what = file.display().to_string();
+    let result = import(&*bucket, &keys, &actor, &bytes, replace, timeout, &what).await?;
     if view.json {
         write_stdout(&json_text(&result)?);
         return Ok(());

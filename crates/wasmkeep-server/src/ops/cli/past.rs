@@ -8,13 +8,13 @@
 //! hands the actor over like a move. `backup` copies the app to another
 //! bucket (`ops::backup`), which restore and fork read with `--from`.
 
-use anyhow::Context;
-use wasmkeep_cluster::clock::{Clock as _, SystemClock};
-use wasmkeep_store::ActorStore;
-use wasmkeep_types::Keys;
+use std::sync::Arc;
 
-use super::args::{ViewArgs, instant_text, parse_actor, parse_duration, parse_instant};
-use super::data::{ask, restore};
+use anyhow::Context;
+use wasmkeep_store::ActorStore;
+
+use super::args::{ViewArgs, instant_text, parse_actor, parse_duration};
+use super::data::{import, parse_at, read_at};
 use super::dev::write_stdout;
 use super::views::{json_text, open_view, table};
 
@@ -156,28 +156,24 @@ async fn put_back(
 ) -> anyhow::Result<()> {
     let timeout = parse_duration(timeout).context("--timeout")?;
     let to = parse_actor(to)?;
-    let at_ms = from
-        .at
-        .map(|at| parse_instant(at, SystemClock.wall_ms()))
-        .transpose()
-        .context("--at")?;
-    let read_view = ViewArgs {
-        bucket: from.backup.unwrap_or(&view.bucket).to_owned(),
-        app: view.app.clone(),
-        lease_ttl: view.lease_ttl.clone(),
-        json: view.json,
-    };
-    let (from_id, store) = restore(from.actor, from.at, &read_view).await?;
+    let from_id = parse_actor(from.actor)?;
+    let at_ms = parse_at(from.at)?;
+    let (bucket, keys, _) = open_view(&view).await?;
+    // The instant is read from the backup, when one is named.
+    let image = match from.backup {
+        Some(url) => {
+            let backup = wasmkeep_bucket::open_existing(url)
+                .await
+                .with_context(|| format!("opening the backup {url}"))?;
+            read_at(backup, keys.clone(), &from_id, at_ms).await?
+        }
+        None => read_at(Arc::clone(&bucket), keys.clone(), &from_id, at_ms).await?,
+    }
+    .database_image();
     let from = match from.backup {
         Some(url) => format!("{from_id} in {url}"),
         None => from_id.to_string(),
     };
-    let image = store.database_image();
-    drop(store);
-    let (bucket, keys, _) = open_view(&view).await?;
-    let bytes_max = crate::actor::classes::current(&*bucket, &keys, &to.class)
-        .await?
-        .map_or(u64::MAX, |current| current.limits.database_bytes_max);
     let what = at_ms.map_or_else(
         || format!("actor {from}"),
         |ms| format!("actor {from} at {}", instant_text(ms)),
@@ -185,17 +181,8 @@ async fn put_back(
     if image.is_empty() {
         anyhow::bail!("{what} had no data (nothing was written; to empty an actor: actor delete)");
     }
-    wasmkeep_store::Image::from_file(&image, bytes_max, None)
-        .map_err(|e| anyhow::anyhow!("{what} cannot go into {to}: {e}; nothing was written"))?;
-    let result = ask(
-        &*bucket,
-        &keys,
-        &to,
-        (Keys::import_key, Keys::import_result_key),
-        crate::peering::imports::request_body(replace, &image),
-        timeout,
-    )
-    .await?;
+    let refused = format!("{what} cannot go into {to}");
+    let result = import(&*bucket, &keys, &to, &image, replace, timeout, &refused).await?;
     if view.json {
         write_stdout(&json_text(&result)?);
         return Ok(());
